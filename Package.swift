@@ -1,0 +1,57 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// medication-worker: PostgreSQL outbox → FCM pushes, App Store entitlement re-checks.
+/// No package dependencies: only the toolchain and Debian's C libraries via module maps.
+let package = Package(
+    name: "medication-worker",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "medication-worker", targets: ["medication-worker"]),
+        .executable(name: "fcm-emulator", targets: ["fcm-emulator"]),
+    ],
+    targets: [
+        // C libraries (one module map each; shim.h holds typed wrappers for variadic calls).
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+
+        // Wrapper modules: the only importers of their C library; they own the handles.
+        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .target(name: "HTTP", dependencies: ["CCurl"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL"]),
+        .target(name: "Systemd", dependencies: ["CSystemd"]),
+
+        // Domain modules: plain, safe Swift.
+        .target(name: "Logging", dependencies: ["Systemd"]),
+        .target(name: "Schema", dependencies: ["Postgres"]),
+        .target(name: "Metrics"),
+        .target(name: "WorkerConfig", dependencies: ["Logging"]),
+        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "Logging", "Metrics"]),
+        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "Postgres", "Schema", "Logging", "Metrics"]),
+        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "Logging", "Metrics"]),
+        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging"]),
+        .target(name: "WorkerApp", dependencies: [
+            "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
+            "FCM", "AppStore", "Outbox", "Health",
+        ]),
+        .executableTarget(name: "medication-worker", dependencies: ["WorkerApp"]),
+
+        // The loopback FCM + Google OAuth emulator (tests, demo, benchmark).
+        .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto"]),
+        .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
+
+        // Tests.
+        .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
+        .testTarget(name: "WorkerConfigTests", dependencies: ["WorkerConfig", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "Systemd", "Logging", "Metrics", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "FCM", "FCMEmulator", "WorkerApp", "Postgres", "TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,48 @@
+/// One DOSE_TAKEN push to one device: everything SPEC §3's FCM message needs.
+public struct DoseTakenPush: Sendable, Hashable {
+    /// The FCM registration token (a secret: log `Redact.token` of it only).
+    public var token: String
+    /// `doseTaken:…` key of the event; the `apns-collapse-id` derives from it.
+    public var eventKey: String
+    public var patientId: String
+    /// The patient's display name (never logged).
+    public var displayName: String
+    /// `YYYY-MM-DD`.
+    public var date: String
+    /// `morning` | `noon` | `evening` | `bedtime`.
+    public var slot: String
+    /// nil when the payload had none; sent as `""`.
+    public var recordingGroupId: String?
+    public var withinTime: Bool
+
+    public init(token: String, eventKey: String, patientId: String, displayName: String, date: String,
+                slot: String, recordingGroupId: String?, withinTime: Bool) {
+        self.token = token
+        self.eventKey = eventKey
+        self.patientId = patientId
+        self.displayName = displayName
+        self.date = date
+        self.slot = slot
+        self.recordingGroupId = recordingGroupId
+        self.withinTime = withinTime
+    }
+}
+
+/// What became of one send, per SPEC §3's error table.
+public enum SendOutcome: Sendable, Equatable {
+    /// FCM accepted it; `messageName` is FCM's `name` as returned.
+    case sent(messageName: String)
+    /// Try again later: after `after` when FCM said so (Retry-After), else the caller's backoff.
+    /// `minimumBackoff` is a floor for the caller's backoff (60 s for QUOTA_EXCEEDED without Retry-After).
+    case retry(reason: String, after: Duration?, minimumBackoff: Duration?)
+    /// The token is dead (UNREGISTERED, SENDER_ID_MISMATCH, invalid token): disable the device.
+    case tokenInvalid(reason: String)
+    /// Will never succeed as is (payload bug, APNs credentials): fail, keep the device, alert.
+    case permanentFailure(reason: String)
+}
+
+/// Sends pushes. The production implementation is `FCMSender`; anything conforming can drive the pipeline.
+public protocol PushSender: Sendable {
+    /// Sends one push and classifies the result. Never throws: transport errors are `.retry`.
+    func send(_ push: DoseTakenPush) async -> SendOutcome
+}

@@ -1,0 +1,56 @@
+import Foundation
+
+/// One `key=value` line per entry on stderr, for terminals and non-journal supervisors.
+public struct TextSink: LogSink {
+    private let lock = NSLock()
+
+    public init() {}
+
+    public func write(_ entry: LogEntry) {
+        let line = TextSink.format(entry) + "\n"
+        lock.withLock {
+            FileHandle.standardError.write(Data(line.utf8))
+        }
+    }
+
+    /// Formats an entry: `ts=… level=… logger=… msg="…" key=value …`, keys sorted.
+    public static func format(_ entry: LogEntry) -> String {
+        var parts = [
+            "ts=\(timestamp(entry.date))",
+            "level=\(entry.level.name)",
+            "logger=\(entry.label)",
+            "msg=\(quote(entry.message))",
+        ]
+        for key in entry.metadata.keys.sorted() {
+            parts.append("\(key)=\(quote(entry.metadata[key] ?? ""))")
+        }
+        return parts.joined(separator: " ")
+    }
+
+    static func quote(_ value: String) -> String {
+        let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0.isNewline }
+        guard needsQuotes else { return value }
+        let escaped = value
+            .replacingOccurrences(of: "\\", with: "\\\\")
+            .replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n")
+        return "\"\(escaped)\""
+    }
+
+    static func timestamp(_ date: Date) -> String {
+        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    }
+}
+
+/// Keeps entries in memory; tests read them back.
+public final class MemorySink: LogSink, @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [LogEntry] = []
+
+    public init() {}
+
+    public func write(_ entry: LogEntry) { lock.withLock { stored.append(entry) } }
+
+    /// Every entry written so far.
+    public var entries: [LogEntry] { lock.withLock { stored } }
+}

@@ -1,0 +1,5 @@
+import Foundation
+import WorkerApp
+
+let status = await WorkerApp.main(arguments: CommandLine.arguments, environment: ProcessInfo.processInfo.environment)
+exit(status)

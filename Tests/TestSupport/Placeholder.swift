@@ -1,0 +1,2 @@
+/// Shared test helpers.
+public enum TestSupportPlaceholder {}
