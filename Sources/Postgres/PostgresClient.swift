@@ -1,0 +1,134 @@
+import Dispatch
+import Foundation
+
+/// A small pool of libpq connections for async callers. Each connection lives on its own
+/// serial `DispatchQueue`, so blocking libpq calls never run on Swift's cooperative pool.
+/// A connection that broke is dropped; the next call reconnects, waiting a capped,
+/// doubling backoff after consecutive failures.
+public final class PostgresClient: Sendable {
+    /// The conninfo string or URI this client connects with.
+    public let conninfo: String
+    private let slots: [Slot]
+    private let gate: SlotGate
+
+    /// Creates the pool; connections open lazily on first use.
+    public init(conninfo: String, maxConnections: Int = 4) {
+        self.conninfo = conninfo
+        self.slots = (0..<max(1, maxConnections)).map { Slot(index: $0) }
+        self.gate = SlotGate(count: max(1, maxConnections))
+    }
+
+    /// Runs `body` with a connection from the pool, on that connection's queue.
+    public func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let index = await gate.acquire()
+        defer { gate.release(index) }
+        let slot = slots[index]
+        let conninfo = self.conninfo
+        return try await withCheckedThrowingContinuation { continuation in
+            slot.queue.async {
+                continuation.resume(with: Result { try slot.run(conninfo: conninfo, body) })
+            }
+        }
+    }
+
+    /// Runs `body` in a transaction that commits when it returns and rolls back when it throws.
+    @discardableResult
+    public func withTransaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        try await withConnection { connection in try connection.withTransaction(body) }
+    }
+
+    /// Runs one parameterised statement.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [PostgresValue] = []) async throws -> PostgresRows {
+        try await withConnection { connection in try connection.query(sql, parameters) }
+    }
+
+    /// Closes every idle connection (they reopen on next use).
+    public func close() async {
+        for slot in slots {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                slot.queue.async { slot.drop(); continuation.resume() }
+            }
+        }
+    }
+}
+
+/// One pooled connection and its queue. Mutable state is touched only on `queue`.
+private final class Slot: @unchecked Sendable {
+    let queue: DispatchQueue
+    private var connection: PostgresConnection?
+    private var failures = 0
+
+    init(index: Int) {
+        queue = DispatchQueue(label: "postgres.connection.\(index)")
+    }
+
+    func run<T>(conninfo: String, _ body: (PostgresConnection) throws -> T) throws -> T {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let active = try connect(conninfo: conninfo)
+        do {
+            return try body(active)
+        } catch let error as PostgresError where error.isConnectionError || !active.isHealthy {
+            drop()
+            throw error
+        } catch {
+            if !active.isHealthy { drop() }
+            throw error
+        }
+    }
+
+    func drop() { connection = nil }
+
+    private func connect(conninfo: String) throws(PostgresError) -> PostgresConnection {
+        if let connection, connection.isHealthy { return connection }
+        connection = nil
+        if failures > 0 {
+            // Capped exponential backoff between reconnect attempts: 50 ms, 100 ms, … 2 s.
+            let delay = min(2.0, 0.05 * pow(2.0, Double(min(failures - 1, 10))))
+            Thread.sleep(forTimeInterval: delay)
+        }
+        do {
+            let opened = try PostgresConnection(conninfo: conninfo)
+            connection = opened
+            failures = 0
+            return opened
+        } catch {
+            failures += 1
+            throw error
+        }
+    }
+}
+
+/// Hands out slot indexes; callers beyond the pool size wait in FIFO order.
+private final class SlotGate: @unchecked Sendable {
+    private let lock = NSLock()
+    private var free: [Int]
+    private var waiters: [CheckedContinuation<Int, Never>] = []
+
+    init(count: Int) { free = Array((0..<count).reversed()) }
+
+    func acquire() async -> Int {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if let index = free.popLast() {
+                lock.unlock()
+                continuation.resume(returning: index)
+            } else {
+                waiters.append(continuation)
+                lock.unlock()
+            }
+        }
+    }
+
+    func release(_ index: Int) {
+        lock.lock()
+        if waiters.isEmpty {
+            free.append(index)
+            lock.unlock()
+        } else {
+            let next = waiters.removeFirst()
+            lock.unlock()
+            next.resume(returning: index)
+        }
+    }
+}

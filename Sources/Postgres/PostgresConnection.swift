@@ -1,0 +1,167 @@
+import CLibPQ
+import Foundation
+
+/// One libpq connection. Not thread-safe: `PostgresClient` confines each connection to a
+/// serial queue, and `PostgresListener` to its own thread. Calls block; never make them on
+/// Swift's cooperative pool.
+public final class PostgresConnection {
+    private let raw: OpaquePointer
+
+    /// Opens a connection from a libpq conninfo string or `postgresql://` URI.
+    public init(conninfo: String) throws(PostgresError) {
+        // "Note that ... you should call PQfinish when you are finished with it ... even if the
+        // backend connection attempt fails" (libpq docs, PQconnectdb).
+        guard let connection = PQconnectdb(conninfo) else {
+            throw PostgresError(.connectionFailed, message: "libpq could not allocate a connection")
+        }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = PostgresConnection.errorText(connection)
+            PQfinish(connection)
+            throw PostgresError(.connectionFailed, message: message)
+        }
+        raw = connection
+        // Server NOTICEs (e.g. "already exists, skipping") would go to stderr by default; drop them.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        // Timestamps come back in one parseable shape, whatever the server's defaults.
+        _ = try query("SELECT set_config('TimeZone', 'UTC', false), set_config('DateStyle', 'ISO, YMD', false)")
+    }
+
+    deinit { PQfinish(raw) }
+
+    /// True while libpq considers the connection usable.
+    public var isHealthy: Bool { PQstatus(raw) == CONNECTION_OK }
+
+    /// The server process id serving this connection (for tests and diagnostics).
+    public var backendPID: Int { Int(PQbackendPID(raw)) }
+
+    /// Runs one statement with `$1…$n` parameters through `PQexecParams` (text format).
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+        let texts = parameters.map(\.wireText)
+        let result: OpaquePointer? = withCStringArray(texts) { pointers in
+            PQexecParams(raw, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        }
+        guard let result else {
+            throw PostgresError(isHealthy ? .queryFailed : .connectionLost,
+                                message: PostgresConnection.errorText(raw), statement: sql)
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return PostgresConnection.copyRows(result)
+        default:
+            let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
+            let code: PostgresError.Code = isHealthy ? .queryFailed : .connectionLost
+            throw PostgresError(code, message: primary ?? PostgresConnection.errorText(raw),
+                                sqlState: sqlState, statement: sql)
+        }
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT; any thrown error rolls back and is rethrown.
+    @discardableResult
+    public func withTransaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try query("BEGIN")
+        do {
+            let value = try body(self)
+            try query("COMMIT")
+            return value
+        } catch {
+            if isHealthy { _ = try? query("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// `LISTEN` on a channel (the name is quoted as an identifier).
+    public func listen(_ channel: String) throws(PostgresError) {
+        try query("LISTEN \(PostgresConnection.quoteIdentifier(channel))")
+    }
+
+    /// A notification received through LISTEN.
+    public struct Notification: Sendable, Equatable {
+        public var channel: String
+        public var payload: String
+        public var senderPID: Int
+    }
+
+    /// Waits up to `timeout` for notifications by polling the socket; returns those that
+    /// arrived (empty on timeout). Throws `connectionLost` when the socket breaks.
+    public func waitForNotifications(timeout: Duration) throws(PostgresError) -> [Notification] {
+        var pending = try drainNotifications()
+        if !pending.isEmpty { return pending }
+        let socket = PQsocket(raw)
+        guard socket >= 0 else { throw PostgresError(.connectionLost, message: "connection has no socket") }
+        var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        let millis = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let ready = poll(&descriptor, 1, millis)
+        if ready < 0, errno != EINTR {
+            throw PostgresError(.connectionLost, message: "poll failed: \(String(cString: strerror(errno)))")
+        }
+        if ready > 0 { pending = try drainNotifications() }
+        return pending
+    }
+
+    private func drainNotifications() throws(PostgresError) -> [Notification] {
+        // "PQconsumeInput normally returns 1 indicating no error, but returns 0 if there was some
+        // kind of trouble" (libpq docs); after that the connection is unusable.
+        guard PQconsumeInput(raw) == 1 else {
+            throw PostgresError(.connectionLost, message: PostgresConnection.errorText(raw))
+        }
+        var found: [Notification] = []
+        while let notify = PQnotifies(raw) {
+            let item = notify.pointee
+            found.append(Notification(channel: String(cString: item.relname),
+                                      payload: item.extra.map { String(cString: $0) } ?? "",
+                                      senderPID: Int(item.be_pid)))
+            PQfreemem(notify)
+        }
+        if !isHealthy { throw PostgresError(.connectionLost, message: PostgresConnection.errorText(raw)) }
+        return found
+    }
+
+    /// Quotes an SQL identifier (`"name"` with inner quotes doubled).
+    public static func quoteIdentifier(_ name: String) -> String {
+        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    private static func errorText(_ connection: OpaquePointer) -> String {
+        guard let text = PQerrorMessage(connection) else { return "unknown libpq error" }
+        let message = String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+        return message.isEmpty ? "connection closed" : message.replacingOccurrences(of: "\n", with: "; ")
+    }
+
+    private static func copyRows(_ result: OpaquePointer) -> PostgresRows {
+        let rowCount = Int(PQntuples(result))
+        let columnCount = Int(PQnfields(result))
+        let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+        var values: [[String?]] = []
+        values.reserveCapacity(rowCount)
+        for row in 0..<rowCount {
+            var cells: [String?] = []
+            cells.reserveCapacity(columnCount)
+            for column in 0..<columnCount {
+                if PQgetisnull(result, Int32(row), Int32(column)) == 1 {
+                    cells.append(nil)
+                } else {
+                    let length = Int(PQgetlength(result, Int32(row), Int32(column)))
+                    let pointer = PQgetvalue(result, Int32(row), Int32(column))!
+                    cells.append(pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+                        String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+                    })
+                }
+            }
+            values.append(cells)
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PostgresRows(columns: columns, values: values, affectedRows: affected)
+    }
+}
+
+/// Calls `body` with a C array of C strings (NULL entries for nil) valid for the call only.
+private func withCStringArray<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    var owned: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
+    defer { for pointer in owned { free(pointer) } }
+    return owned.withUnsafeMutableBufferPointer { buffer in
+        body(buffer.map { $0.map { UnsafePointer($0) } })
+    }
+}

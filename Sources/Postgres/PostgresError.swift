@@ -1,0 +1,52 @@
+/// An error from the Postgres module. The description names the SQLSTATE, the server's
+/// message and the statement, never the bound parameter values.
+public struct PostgresError: Error, Sendable, CustomStringConvertible {
+    /// Coarse kind of failure.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// Could not open a connection (bad conninfo, server down, auth).
+        public static let connectionFailed = Code("connectionFailed")
+        /// The connection broke during the call; the next call reconnects.
+        public static let connectionLost = Code("connectionLost")
+        /// The server rejected the statement (see `sqlState`).
+        public static let queryFailed = Code("queryFailed")
+        /// A value could not be decoded as the requested type.
+        public static let decodingFailed = Code("decodingFailed")
+    }
+
+    public var code: Code
+    /// Five-character SQLSTATE when the server sent one (e.g. `23505`).
+    public var sqlState: String?
+    /// The server's (or libpq's) primary message.
+    public var message: String
+    /// The SQL text that failed, with placeholders, never values.
+    public var statement: String?
+
+    public init(_ code: Code, message: String, sqlState: String? = nil, statement: String? = nil) {
+        self.code = code
+        self.message = message
+        self.sqlState = sqlState
+        self.statement = statement
+    }
+
+    /// True when retrying on a new connection may succeed (connection-class SQLSTATE 08xxx,
+    /// admin shutdown 57P01, or the socket went away).
+    public var isConnectionError: Bool {
+        code == .connectionFailed || code == .connectionLost
+            || (sqlState?.hasPrefix("08") ?? false) || sqlState == "57P01" || sqlState == "57P02" || sqlState == "57P03"
+    }
+
+    public var description: String {
+        var text = "postgres \(code)"
+        if let sqlState { text += " [\(sqlState)]" }
+        text += ": \(message)"
+        if let statement {
+            let compact = statement.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            text += " (statement: \(compact.prefix(200)))"
+        }
+        return text
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+
+/// Keeps one connection LISTENing on a channel from a dedicated thread and calls `onWake`
+/// for each batch of notifications. The connection is health-checked while idle and
+/// re-established after a drop; `onWake` is also called after every (re)connect, since
+/// notifications sent while it was down are lost.
+public final class PostgresListener: @unchecked Sendable {
+    private let conninfo: String
+    private let channel: String
+    private let healthCheckInterval: Duration
+    private let onWake: @Sendable () -> Void
+    private let onError: @Sendable (PostgresError) -> Void
+    private let lock = NSLock()
+    private var stopped = false
+    private var thread: Thread?
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Prepares a listener; call `start()` to begin.
+    public init(conninfo: String, channel: String, healthCheckInterval: Duration = .seconds(15),
+                onWake: @escaping @Sendable () -> Void, onError: @escaping @Sendable (PostgresError) -> Void = { _ in }) {
+        self.conninfo = conninfo
+        self.channel = channel
+        self.healthCheckInterval = healthCheckInterval
+        self.onWake = onWake
+        self.onError = onError
+    }
+
+    /// Starts the listening thread.
+    public func start() {
+        let thread = Thread { [self] in loop(); finished.signal() }
+        thread.name = "postgres-listen"
+        lock.withLock { self.thread = thread }
+        thread.start()
+    }
+
+    /// Stops the thread and waits for it to close its connection.
+    public func stop() {
+        let running = lock.withLock { () -> Bool in
+            defer { stopped = true }
+            return !stopped && thread != nil
+        }
+        if running { finished.wait() }
+    }
+
+    private var isStopped: Bool { lock.withLock { stopped } }
+
+    private func loop() {
+        var failures = 0
+        while !isStopped {
+            do {
+                let connection = try PostgresConnection(conninfo: conninfo)
+                try connection.listen(channel)
+                failures = 0
+                onWake()
+                var idle = Duration.zero
+                while !isStopped {
+                    let slice = Duration.milliseconds(250)
+                    if try !connection.waitForNotifications(timeout: slice).isEmpty {
+                        idle = .zero
+                        onWake()
+                    } else {
+                        idle += slice
+                        if idle >= healthCheckInterval {
+                            // A half-open TCP connection never reports an error on its own.
+                            try connection.query("SELECT 1")
+                            idle = .zero
+                        }
+                    }
+                }
+            } catch {
+                onError(error)
+                failures += 1
+                let delay = min(5.0, 0.1 * pow(2.0, Double(min(failures - 1, 10))))
+                var waited = 0.0
+                while waited < delay, !isStopped {
+                    Thread.sleep(forTimeInterval: 0.05)
+                    waited += 0.05
+                }
+            }
+        }
+    }
+}

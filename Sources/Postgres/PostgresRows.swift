@@ -1,0 +1,145 @@
+import Foundation
+
+/// The rows of one statement's result, copied out of the `PGresult` (which is freed at once).
+public struct PostgresRows: Sendable, Sequence {
+    /// Column names in result order.
+    public let columns: [String]
+    let values: [[String?]]
+    /// Rows affected for INSERT/UPDATE/DELETE (`PQcmdTuples`), 0 otherwise.
+    public let affectedRows: Int
+
+    init(columns: [String], values: [[String?]], affectedRows: Int) {
+        self.columns = columns
+        self.values = values
+        self.affectedRows = affectedRows
+    }
+
+    /// Number of rows.
+    public var count: Int { values.count }
+    public var isEmpty: Bool { values.isEmpty }
+    /// The first row, if any.
+    public var first: PostgresRow? { values.isEmpty ? nil : self[0] }
+
+    public subscript(index: Int) -> PostgresRow { PostgresRow(columns: columns, values: values[index]) }
+
+    public func makeIterator() -> AnyIterator<PostgresRow> {
+        var index = 0
+        return AnyIterator {
+            guard index < values.count else { return nil }
+            defer { index += 1 }
+            return self[index]
+        }
+    }
+}
+
+/// One result row; cells are looked up by column name.
+public struct PostgresRow: Sendable {
+    let columns: [String]
+    let values: [String?]
+
+    /// The cell of `column`; a missing column is a programming error and traps.
+    public subscript(_ column: String) -> PostgresCell {
+        guard let index = columns.firstIndex(of: column) else {
+            preconditionFailure("result has no column \(column); columns: \(columns)")
+        }
+        return PostgresCell(column: column, text: values[index])
+    }
+}
+
+/// One value in text format, decoded on request.
+public struct PostgresCell: Sendable {
+    public let column: String
+    /// The raw text, nil for NULL.
+    public let text: String?
+
+    public var isNull: Bool { text == nil }
+
+    /// The value as text; throws on NULL.
+    public func string() throws(PostgresError) -> String {
+        guard let text else { throw decodeError("text", "NULL") }
+        return text
+    }
+
+    public func int() throws(PostgresError) -> Int {
+        guard let text, let value = Int(text) else { throw decodeError("integer", text ?? "NULL") }
+        return value
+    }
+
+    public func double() throws(PostgresError) -> Double {
+        guard let text, let value = Double(text) else { throw decodeError("double", text ?? "NULL") }
+        return value
+    }
+
+    public func bool() throws(PostgresError) -> Bool {
+        switch text {
+        case "t", "true": return true
+        case "f", "false": return false
+        default: throw decodeError("boolean", text ?? "NULL")
+        }
+    }
+
+    /// A `timestamptz` in ISO DateStyle (`2026-02-11 08:03:27.123456+00`, any offset).
+    public func date() throws(PostgresError) -> Date {
+        guard let text, let date = PostgresCell.parseTimestamp(text) else { throw decodeError("timestamp", text ?? "NULL") }
+        return date
+    }
+
+    /// Optional variants: nil for NULL, throw for a value of the wrong shape.
+    public func optionalString() -> String? { text }
+    public func optionalInt() throws(PostgresError) -> Int? { text == nil ? nil : try int() }
+    public func optionalDate() throws(PostgresError) -> Date? { text == nil ? nil : try date() }
+
+    private func decodeError(_ type: String, _ found: String) -> PostgresError {
+        // The value is not echoed: it may be a token or a name.
+        PostgresError(.decodingFailed, message: "column \(column) is not a valid \(type)\(found == "NULL" ? " (NULL)" : "")")
+    }
+
+    /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`.
+    static func parseTimestamp(_ text: String) -> Date? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 22 else { return nil }
+        func number(_ from: Int, _ length: Int) -> Int? {
+            guard from + length <= bytes.count else { return nil }
+            var value = 0
+            for byte in bytes[from..<(from + length)] {
+                guard byte >= 48, byte <= 57 else { return nil }
+                value = value * 10 + Int(byte - 48)
+            }
+            return value
+        }
+        guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2) else { return nil }
+        var index = 19
+        var fraction = 0.0
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            var scale = 0.1
+            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+        }
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") else { return nil }
+        let sign = bytes[index] == UInt8(ascii: "+") ? 1 : -1
+        guard let offsetHours = number(index + 1, 2) else { return nil }
+        var offset = offsetHours * 3600
+        if index + 3 < bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let minutes = number(index + 4, 2) {
+            offset += minutes * 60
+        }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        let epoch = Double(days * 86_400 + hour * 3600 + minute * 60 + second - sign * offset) + fraction
+        return Date(timeIntervalSince1970: epoch)
+    }
+
+    /// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+}

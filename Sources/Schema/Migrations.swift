@@ -1,0 +1,88 @@
+/// One versioned, additive schema change. Migrations add, never drop.
+public struct Migration: Sendable {
+    public let version: Int
+    public let name: String
+    /// Statements run in order inside one transaction (PQexecParams runs one statement at a time).
+    public let statements: [String]
+}
+
+/// The worker's migrations, in order. Append only: never edit a migration that has shipped.
+public enum Migrations {
+    /// Tables the web API owns (SPEC §2.1); `migrate` refuses to run without them.
+    public static let requiredAPITables = ["Patient", "CaregiverPatientLink", "PushDevice", "PushDelivery", "CaregiverEntitlement"]
+
+    /// The NOTIFY channel the statement-level trigger signals.
+    public static let notifyChannel = "push_outbox"
+
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "push outbox, delivery state, entitlement check columns", statements: [
+            """
+            CREATE TABLE IF NOT EXISTS "PushOutbox" (
+                id bigserial PRIMARY KEY,
+                "eventType" text NOT NULL,
+                "patientId" text NOT NULL,
+                payload jsonb NOT NULL,
+                "createdAt" timestamptz NOT NULL DEFAULT now(),
+                status text NOT NULL DEFAULT 'PENDING'
+                    CONSTRAINT "PushOutbox_status_check" CHECK (status IN ('PENDING', 'DONE', 'DEAD', 'EXPIRED')),
+                attempts integer NOT NULL DEFAULT 0,
+                "availableAt" timestamptz NOT NULL DEFAULT now(),
+                "leasedBy" text,
+                "leaseToken" uuid,
+                "leaseExpiresAt" timestamptz,
+                "processedAt" timestamptz,
+                "lastError" text
+            )
+            """,
+            // The claim reads only due PENDING rows: a partial index keeps it independent of history.
+            """
+            CREATE INDEX IF NOT EXISTS "PushOutbox_pending_due_idx"
+                ON "PushOutbox" ("availableAt", id) WHERE status = 'PENDING'
+            """,
+            """
+            CREATE OR REPLACE FUNCTION medication_worker_notify_push_outbox() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('push_outbox', '');
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            DROP TRIGGER IF EXISTS "PushOutbox_notify" ON "PushOutbox"
+            """,
+            """
+            CREATE TRIGGER "PushOutbox_notify" AFTER INSERT ON "PushOutbox"
+                FOR EACH STATEMENT EXECUTE FUNCTION medication_worker_notify_push_outbox()
+            """,
+            // Rows the API wrote before the worker existed were sent inline: they count as SENT.
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS status text NOT NULL DEFAULT 'SENT'
+            """,
+            """
+            ALTER TABLE "PushDelivery" ALTER COLUMN status SET DEFAULT 'PENDING'
+            """,
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0
+            """,
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "sentAt" timestamptz
+            """,
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "lastError" text
+            """,
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "fcmMessageId" text
+            """,
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "lastCheckedAt" timestamptz
+            """,
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revokedAt" timestamptz
+            """,
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revocationReason" text
+            """,
+        ]),
+    ]
+}

@@ -1,0 +1,107 @@
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+@Suite("Postgres connection")
+struct PostgresConnectionTests {
+    @Test func parameters_roundTripNullJapaneseAndQuotes() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let tricky = "服薬記録 'single' \"double\" \\ back"
+            let rows = try await client.query(
+                "SELECT $1::text AS a, $2::text AS b, $3::bigint AS c, $4::boolean AS d, $5::text[] AS e",
+                [.text(tricky), .null, .int(-42), .bool(true), .textArray(["x,y", "z\"q", "服"])])
+            let row = try #require(rows.first)
+            #expect(try row["a"].string() == tricky)
+            #expect(row["b"].isNull)
+            #expect(try row["c"].int() == -42)
+            #expect(try row["d"].bool() == true)
+            #expect(try row["e"].string() == #"{"x,y","z\"q",服}"#)
+        }
+    }
+
+    @Test func timestamps_roundTripToTheMicrosecond() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let date = Date(timeIntervalSince1970: 1_770_764_607.123456)
+            let rows = try await client.query("SELECT $1::timestamptz AS t, '2026-02-11 08:03:27+09'::timestamptz AS u", [.timestamp(date)])
+            let back = try rows[0]["t"].date()
+            #expect(abs(back.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000_002)
+            #expect(try rows[0]["u"].date() == Date(timeIntervalSince1970: 1_770_764_607))
+        }
+    }
+
+    @Test func failedStatement_carriesSQLStateAndStatementButNotValues() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let error = await #expect(throws: PostgresError.self) {
+                try await client.query("SELECT $1::int / 0 AS boom", [.text("7")])
+            }
+            #expect(error?.sqlState == "22012")
+            #expect(error?.statement?.contains("SELECT $1::int / 0") == true)
+            #expect(error?.description.contains("division by zero") == true)
+            // The pool stays usable after a statement error.
+            let one = try await client.query("SELECT 1 AS one")[0]["one"].int()
+            #expect(one == 1)
+        }
+    }
+
+    @Test func transaction_rollsBackWhenBodyThrows() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            try await client.query("CREATE TABLE t (v text)")
+            struct Boom: Error {}
+            await #expect(throws: Boom.self) {
+                try await client.withTransaction { connection in
+                    try connection.query("INSERT INTO t VALUES ($1)", ["gone"])
+                    throw Boom()
+                }
+            }
+            try await client.withTransaction { connection in
+                try connection.query("INSERT INTO t VALUES ($1)", ["kept"])
+            }
+            let values = try await client.query("SELECT v FROM t").map { try $0["v"].string() }
+            #expect(values == ["kept"])
+        }
+    }
+
+    @Test func notify_fromAnotherConnectionWakesWaiter_andWaitTimesOutWithoutOne() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let listener = try PostgresConnection(conninfo: conninfo)
+            try listener.listen("push_outbox")
+            #expect(try listener.waitForNotifications(timeout: .milliseconds(100)).isEmpty)
+            let sender = try PostgresConnection(conninfo: conninfo)
+            try sender.query("SELECT pg_notify('push_outbox', 'hello')")
+            var received: [PostgresConnection.Notification] = []
+            for _ in 0..<50 where received.isEmpty {
+                received = try listener.waitForNotifications(timeout: .milliseconds(100))
+            }
+            #expect(received.map(\.payload) == ["hello"])
+            #expect(received.first?.channel == "push_outbox")
+            #expect(received.first?.senderPID == sender.backendPID)
+        }
+    }
+
+    @Test func listener_wakesOnNotifyThroughItsThread() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let wakes = AsyncStream<Void>.makeStream()
+            let listener = PostgresListener(conninfo: conninfo, channel: "push_outbox", onWake: { wakes.continuation.yield() })
+            listener.start()
+            defer { listener.stop() }
+            var iterator = wakes.stream.makeAsyncIterator()
+            await iterator.next()  // the wake after connecting
+            try await PostgresClient(conninfo: conninfo).query("SELECT pg_notify('push_outbox', '')")
+            let woke: Void? = await iterator.next()
+            #expect(woke != nil)
+        }
+    }
+
+    @Test func badConninfo_failsWithConnectionFailed() throws {
+        #expect {
+            _ = try PostgresConnection(conninfo: "host=/nonexistent-socket-dir dbname=x connect_timeout=2")
+        } throws: { error in
+            (error as? PostgresError)?.code == .connectionFailed
+        }
+    }
+}

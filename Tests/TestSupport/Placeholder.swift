@@ -1,2 +1,0 @@
-/// Shared test helpers.
-public enum TestSupportPlaceholder {}
