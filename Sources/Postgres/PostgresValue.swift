@@ -14,6 +14,12 @@ public enum PostgresValue: Sendable, Hashable {
     case textArray([String])
     /// A one-dimensional array of bigint (use `$1::bigint[]`).
     case intArray([Int64])
+    /// A one-dimensional array of text with NULL elements (use `$1::text[]`).
+    case optionalTextArray([String?])
+    /// A one-dimensional array of double precision (use `$1::double precision[]`).
+    case doubleArray([Double])
+    /// A one-dimensional array of timestamps (use `$1::timestamptz[]`).
+    case timestampArray([Date])
 
     /// The text-format wire representation; nil for SQL NULL.
     public var wireText: String? {
@@ -28,6 +34,12 @@ public enum PostgresValue: Sendable, Hashable {
             return "{" + values.map(PostgresValue.quoteArrayElement).joined(separator: ",") + "}"
         case .intArray(let values):
             return "{" + values.map(String.init).joined(separator: ",") + "}"
+        case .optionalTextArray(let values):
+            return "{" + values.map { $0.map(PostgresValue.quoteArrayElement) ?? "NULL" }.joined(separator: ",") + "}"
+        case .doubleArray(let values):
+            return "{" + values.map { String($0) }.joined(separator: ",") + "}"
+        case .timestampArray(let values):
+            return "{" + values.map { "\"\(PostgresValue.formatTimestamp($0))\"" }.joined(separator: ",") + "}"
         }
     }
 

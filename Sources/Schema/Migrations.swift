@@ -74,6 +74,14 @@ public enum Migrations {
             """
             ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "fcmMessageId" text
             """,
+            // A delivery is leased while its send is in flight, so two workers holding events with
+            // the same eventKey never send it twice, and a crashed worker's claim expires.
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "leaseToken" uuid
+            """,
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "leaseExpiresAt" timestamptz
+            """,
             """
             ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "lastCheckedAt" timestamptz
             """,

@@ -1,0 +1,153 @@
+import FCM
+import Foundation
+import Logging
+import Postgres
+
+extension OutboxWorker {
+    /// Validates, fans out, sends and completes one claimed batch.
+    func process(_ events: [OutboxStore.ClaimedEvent], token: UUID) async throws {
+        var finished: [(id: Int64, status: String, error: String)] = []
+        var valid: [(claim: OutboxStore.ClaimedEvent, event: DoseTakenEvent)] = []
+        for claim in events {
+            if claim.expired {
+                finished.append((claim.id, "EXPIRED", "older than EVENT_MAX_AGE when claimed; not sent"))
+                continue
+            }
+            do {
+                valid.append((claim, try DoseTakenEvent.parse(eventType: claim.eventType, patientId: claim.patientId,
+                                                              payload: claim.payload)))
+            } catch {
+                finished.append((claim.id, "DEAD", error.reason))
+                logger.warning("outbox event refused", metadata: ["outbox.id": "\(claim.id)", "error": error.reason])
+            }
+        }
+
+        let fanOut = try await store.fanOut(events: valid.map { ($0.event.eventKey, $0.event.patientId) },
+                                            token: token, lease: configuration.lease)
+        var byKey: [String: (claim: OutboxStore.ClaimedEvent, event: DoseTakenEvent)] = [:]
+        var live: [(claim: OutboxStore.ClaimedEvent, event: DoseTakenEvent)] = []
+        for item in valid {
+            guard fanOut.displayNames[item.event.patientId] != nil else {
+                finished.append((item.claim.id, "DEAD", "unknown patient \(item.event.patientId.prefix(64)): no \"Patient\" row"))
+                logger.warning("outbox event refused", metadata: ["outbox.id": "\(item.claim.id)", "error": "unknown patient"])
+                continue
+            }
+            live.append(item)
+            if byKey[item.event.eventKey] == nil { byKey[item.event.eventKey] = item }
+        }
+
+        let pushes: [(OutboxStore.ClaimedDelivery, DoseTakenPush)] = fanOut.deliveries.compactMap { delivery in
+            guard let item = byKey[delivery.eventKey], let name = fanOut.displayNames[item.event.patientId] else { return nil }
+            let event = item.event
+            return (delivery, DoseTakenPush(token: delivery.token, eventKey: event.eventKey, patientId: event.patientId,
+                                            displayName: name, date: event.date, slot: event.slot,
+                                            recordingGroupId: event.recordingGroupId, withinTime: event.withinTime))
+        }
+
+        let outcomes = await send(pushes)
+        let completedAll = outcomes.count == pushes.count
+
+        var results: [(id: String, result: OutboxStore.DeliveryResult)] = []
+        var retryByKey: [String: (after: Duration, reason: String)] = [:]
+        for (delivery, outcome) in outcomes {
+            let metadata: LogMetadata = ["outbox.event_key": delivery.eventKey, "device.id": delivery.deviceId,
+                                         "device.token": Redact.token(delivery.token)]
+            switch outcome {
+            case .sent(let name):
+                results.append((delivery.id, .sent(messageName: name)))
+                metrics.delivered("sent")
+            case .tokenInvalid(let reason):
+                results.append((delivery.id, .tokenInvalid(reason: reason, deviceId: delivery.deviceId, claimedAt: delivery.claimedAt)))
+                metrics.delivered("token_invalid")
+                logger.info("device token is no longer valid", metadata: metadata.merging(["fcm.error": reason]) { $1 })
+            case .permanentFailure(let reason):
+                results.append((delivery.id, .failed(reason: reason)))
+                metrics.delivered("failed")
+                logger.error("push failed permanently; operator action needed", metadata: metadata.merging(["fcm.error": reason]) { $1 })
+            case .retry(let reason, let after, let minimum):
+                results.append((delivery.id, .retry(reason: reason)))
+                metrics.delivered("retry")
+                let floor = max(after ?? .zero, minimum ?? .zero)
+                let previous = retryByKey[delivery.eventKey]?.after ?? .zero
+                retryByKey[delivery.eventKey] = (max(previous, floor), reason)
+                logger.debug("push will be retried", metadata: metadata.merging(["fcm.error": reason]) { $1 })
+            }
+        }
+
+        if !completedAll {
+            // Stopping: record what finished, give everything else back (due again at once).
+            let summary = try await store.complete(deliveries: results, events: [], finished: finished, token: token,
+                                                   maxAttempts: configuration.maxAttempts)
+            let open = live.map(\.claim.id).filter { summary.eventStatuses[$0] == nil }
+            try await store.release(eventIds: open, token: token)
+            logger.notice("released unfinished work on stop", metadata: ["outbox.released": "\(open.count)"])
+            return
+        }
+
+        let completions = live.map { item in
+            let retry = retryByKey[item.event.eventKey]
+            let backoff = configuration.backoff.delay(afterAttempt: item.claim.attempts)
+            return OutboxStore.EventCompletion(id: item.claim.id, eventKey: item.event.eventKey,
+                                               retryDelay: max(backoff, retry?.after ?? .zero), error: retry?.reason)
+        }
+        let summary = try await store.complete(deliveries: results, events: completions, finished: finished, token: token,
+                                               maxAttempts: configuration.maxAttempts)
+        for device in summary.disabledDevices {
+            let reason = outcomes.first { $0.0.deviceId == device }.flatMap { outcome -> String? in
+                if case .tokenInvalid(let reason) = outcome.1 { return reason }
+                return nil
+            } ?? "unknown"
+            metrics.tokenDisabled(reason)
+            logger.notice("device disabled", metadata: ["device.id": device, "fcm.error": reason])
+        }
+        for (id, status) in summary.eventStatuses {
+            metrics.eventFinished(status)
+            if status == "DEAD" {
+                logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"])
+            }
+        }
+        logger.debug("batch done", metadata: ["outbox.claimed": "\(events.count)", "outbox.deliveries": "\(pushes.count)"])
+    }
+
+    /// Sends concurrently under the shared in-flight bound; on a stop past its grace period,
+    /// returns only the outcomes that arrived.
+    func send(_ pushes: [(OutboxStore.ClaimedDelivery, DoseTakenPush)]) async -> [(OutboxStore.ClaimedDelivery, SendOutcome)] {
+        guard !pushes.isEmpty else { return [] }
+        let collector = OutcomeCollector()
+        let sender = self.sender
+        let inFlight = self.inFlight
+        let sending = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for (delivery, push) in pushes {
+                    await inFlight.acquire()
+                    if Task.isCancelled { inFlight.release(); break }
+                    group.addTask {
+                        let outcome = await sender.send(push)
+                        inFlight.release()
+                        collector.add(delivery, outcome)
+                    }
+                }
+            }
+        }
+        await withTaskGroup(of: Void.self) { race in
+            race.addTask { await sending.value }
+            race.addTask { [stop] in await stop.waitForDeadline() }
+            await race.next()
+            race.cancelAll()
+        }
+        sending.cancel()
+        return collector.outcomes
+    }
+}
+
+/// Thread-safe accumulation of send outcomes.
+final class OutcomeCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [(OutboxStore.ClaimedDelivery, SendOutcome)] = []
+
+    func add(_ delivery: OutboxStore.ClaimedDelivery, _ outcome: SendOutcome) {
+        lock.withLock { stored.append((delivery, outcome)) }
+    }
+
+    var outcomes: [(OutboxStore.ClaimedDelivery, SendOutcome)] { lock.withLock { stored } }
+}

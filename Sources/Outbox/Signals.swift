@@ -1,0 +1,98 @@
+import Foundation
+
+/// Wakes every waiting lane (NOTIFY arrived, or a stop was requested). A wake that happens
+/// while a lane is busy is not lost: `wait(after:)` returns at once when the generation moved.
+public final class WakeSignal: @unchecked Sendable {
+    private let lock = NSLock()
+    private var generation: UInt64 = 0
+    private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+
+    public init() {}
+
+    /// The current generation; pass it to `wait(after:timeout:)`.
+    public var current: UInt64 { lock.withLock { generation } }
+
+    /// Wakes all waiters.
+    public func wake() {
+        let woken = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            generation &+= 1
+            defer { waiters.removeAll() }
+            return Array(waiters.values)
+        }
+        for continuation in woken { continuation.resume() }
+    }
+
+    /// Returns when the generation moves past `seen`, or after `timeout`.
+    public func wait(after seen: UInt64, timeout: Duration) async {
+        let id = UUID()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let resumeNow = lock.withLock { () -> Bool in
+                        if generation != seen { return true }
+                        waiters[id] = continuation
+                        return false
+                    }
+                    if resumeNow { continuation.resume() }
+                }
+            }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+            // Release the waiter if the timeout won.
+            let orphan = lock.withLock { waiters.removeValue(forKey: id) }
+            orphan?.resume()
+        }
+    }
+}
+
+/// A graceful-stop request with its deadline, shared by the lanes.
+public final class StopSignal: @unchecked Sendable {
+    private let lock = NSLock()
+    private var deadline: ContinuousClock.Instant?
+
+    public init() {}
+
+    /// Requests a stop; in-flight work has until `grace` from now.
+    public func request(grace: Duration) {
+        lock.withLock { if deadline == nil { deadline = .now + grace } }
+    }
+
+    public var isRequested: Bool { lock.withLock { deadline != nil } }
+
+    /// Returns once a stop was requested and its grace period is over (or the task is cancelled).
+    public func waitForDeadline() async {
+        while !Task.isCancelled {
+            if let deadline = lock.withLock({ deadline }), ContinuousClock.now >= deadline { return }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+/// Bounds concurrent sends across lanes (`MAX_IN_FLIGHT`).
+public final class AsyncSemaphore: @unchecked Sendable {
+    private let lock = NSLock()
+    private var available: Int
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    public init(_ count: Int) { available = count }
+
+    public func acquire() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let granted = lock.withLock { () -> Bool in
+                if available > 0 { available -= 1; return true }
+                waiters.append(continuation)
+                return false
+            }
+            if granted { continuation.resume() }
+        }
+    }
+
+    public func release() {
+        let next = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+            if waiters.isEmpty { available += 1; return nil }
+            return waiters.removeFirst()
+        }
+        next?.resume()
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Logging
+
+/// Every setting of SPEC §5, read and validated once at start.
+public struct Configuration: Sendable {
+    /// Named defaults (River style: one constant per knob).
+    public enum Defaults {
+        public static let fcmBaseURL = "https://fcm.googleapis.com"
+        public static let healthAddress = "127.0.0.1:9464"
+        public static let batchSize = 100
+        public static let maxInFlight = 100
+        public static let pollIntervalMS = 1000
+        public static let leaseSeconds = 60
+        public static let maxAttempts = 10
+        public static let eventMaxAge = Duration.seconds(24 * 3600)
+        public static let entitlementRecheckInterval = Duration.seconds(6 * 3600)
+        public static let outboxRetention = Duration.seconds(7 * 86_400)
+        public static let deliveryRetention = Duration.seconds(30 * 86_400)
+        public static let logLevel = LogLevel.info
+        public static let shutdownTimeout = Duration.seconds(10)
+        public static let appStoreProductionURL = "https://api.storekit.apple.com"
+        public static let appStoreSandboxURL = "https://api.storekit-sandbox.apple.com"
+        public static let fcmServiceAccountCredential = "fcm-service-account.json"
+        public static let appStoreKeyCredential = "appstore-key.p8"
+    }
+
+    /// App Store Server API settings; nil in `Configuration.appStore` turns the loop off.
+    public struct AppStore: Sendable {
+        public var issuerId: String
+        public var keyId: String
+        public var privateKeyFile: String
+        public var bundleId: String
+        public var rootCertificateFiles: [String]
+        public var productionURL: String
+        public var sandboxURL: String
+    }
+
+    public var databaseURL: String
+    public var fcmServiceAccountFile: String
+    public var fcmBaseURL: String
+    public var tlsCAFile: String?
+    public var healthHost: String
+    public var healthPort: UInt16
+    public var batchSize: Int
+    public var maxInFlight: Int
+    public var pollInterval: Duration
+    public var leaseDuration: Duration
+    public var maxAttempts: Int
+    public var eventMaxAge: Duration
+    public var appStore: AppStore?
+    public var entitlementRecheckInterval: Duration
+    public var outboxRetention: Duration
+    public var deliveryRetention: Duration
+    public var logLevel: LogLevel
+    public var shutdownTimeout: Duration
+
+    /// Reads the configuration from environment variables; throws the first problem found.
+    public static func load(from environment: [String: String]) throws(ConfigurationError) -> Configuration {
+        let reader = EnvironmentReader(environment)
+        let credentials = environment["CREDENTIALS_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
+
+        let databaseURL = try reader.required("DATABASE_URL")
+        let serviceAccount = try reader.file("FCM_SERVICE_ACCOUNT_FILE",
+                                             default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
+        let fcmBaseURL = try reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
+        let tlsCAFile = try reader.optionalFile("TLS_CA_FILE")
+        let health = try reader.hostPort("HEALTH_ADDR", default: Defaults.healthAddress)
+        let batchSize = try reader.integer("BATCH_SIZE", default: Defaults.batchSize, range: 1...1000)
+        let maxInFlight = try reader.integer("MAX_IN_FLIGHT", default: Defaults.maxInFlight, range: 1...10_000)
+        let pollMS = try reader.integer("POLL_INTERVAL_MS", default: Defaults.pollIntervalMS, range: 10...3_600_000)
+        let leaseSeconds = try reader.integer("LEASE_SECONDS", default: Defaults.leaseSeconds, range: 5...86_400)
+        let maxAttempts = try reader.integer("MAX_ATTEMPTS", default: Defaults.maxAttempts, range: 1...1000)
+        let eventMaxAge = try reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge)
+        let recheck = try reader.duration("ENTITLEMENT_RECHECK_INTERVAL", default: Defaults.entitlementRecheckInterval)
+        let outboxRetention = try reader.duration("OUTBOX_RETENTION", default: Defaults.outboxRetention)
+        let deliveryRetention = try reader.duration("DELIVERY_RETENTION", default: Defaults.deliveryRetention)
+        let shutdownTimeout = try reader.duration("SHUTDOWN_TIMEOUT", default: Defaults.shutdownTimeout)
+        let logLevel = try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
+        let appStore = try reader.appStore(credentials: credentials)
+
+        return Configuration(
+            databaseURL: databaseURL, fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
+            healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
+            pollInterval: .milliseconds(pollMS), leaseDuration: .seconds(leaseSeconds), maxAttempts: maxAttempts,
+            eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
+            outboxRetention: outboxRetention, deliveryRetention: deliveryRetention, logLevel: logLevel,
+            shutdownTimeout: shutdownTimeout)
+    }
+
+    /// The effective configuration as `NAME=value` lines, secrets redacted (for `check-config`).
+    public var redactedDescription: String {
+        var lines: [(String, String)] = [
+            ("DATABASE_URL", ValueParsing.redactConninfo(databaseURL)),
+            ("FCM_SERVICE_ACCOUNT_FILE", fcmServiceAccountFile),
+            ("FCM_BASE_URL", fcmBaseURL),
+            ("TLS_CA_FILE", tlsCAFile ?? "(none)"),
+            ("HEALTH_ADDR", healthHost.contains(":") ? "[\(healthHost)]:\(healthPort)" : "\(healthHost):\(healthPort)"),
+            ("BATCH_SIZE", String(batchSize)),
+            ("MAX_IN_FLIGHT", String(maxInFlight)),
+            ("POLL_INTERVAL_MS", String(pollInterval.components.seconds * 1000 + pollInterval.components.attoseconds / 1_000_000_000_000_000)),
+            ("LEASE_SECONDS", String(leaseDuration.components.seconds)),
+            ("MAX_ATTEMPTS", String(maxAttempts)),
+            ("EVENT_MAX_AGE", ValueParsing.format(eventMaxAge)),
+        ]
+        if let appStore {
+            lines += [
+                ("APPSTORE_ISSUER_ID", appStore.issuerId),
+                ("APPSTORE_KEY_ID", appStore.keyId),
+                ("APPSTORE_PRIVATE_KEY_FILE", appStore.privateKeyFile),
+                ("APPSTORE_BUNDLE_ID", appStore.bundleId),
+                ("APPSTORE_ROOT_CERT_FILES", appStore.rootCertificateFiles.joined(separator: ",")),
+                ("APPSTORE_PRODUCTION_URL", appStore.productionURL),
+                ("APPSTORE_SANDBOX_URL", appStore.sandboxURL),
+            ]
+        } else {
+            lines.append(("APPSTORE_*", "(not configured: entitlement re-checks are off)"))
+        }
+        lines += [
+            ("ENTITLEMENT_RECHECK_INTERVAL", ValueParsing.format(entitlementRecheckInterval)),
+            ("OUTBOX_RETENTION", ValueParsing.format(outboxRetention)),
+            ("DELIVERY_RETENTION", ValueParsing.format(deliveryRetention)),
+            ("LOG_LEVEL", logLevel.name),
+            ("SHUTDOWN_TIMEOUT", ValueParsing.format(shutdownTimeout)),
+        ]
+        return lines.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
+    }
+}

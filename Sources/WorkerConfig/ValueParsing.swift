@@ -1,0 +1,78 @@
+import Foundation
+
+/// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.
+public enum ValueParsing {
+    /// `500ms`, `2s`, `15m`, `6h`, `7d`; a bare integer means seconds.
+    public static func duration(_ text: String) -> Duration? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let digits = trimmed.prefix { $0.isASCII && $0.isNumber }
+        guard !digits.isEmpty, let value = Int64(digits) else { return nil }
+        switch trimmed.dropFirst(digits.count) {
+        case "", "s": return .seconds(value)
+        case "ms": return .milliseconds(value)
+        case "m": return .seconds(value * 60)
+        case "h": return .seconds(value * 3600)
+        case "d": return .seconds(value * 86_400)
+        default: return nil
+        }
+    }
+
+    /// A non-negative decimal integer without sign or unit.
+    public static func integer(_ text: String) -> Int? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty, trimmed.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return Int(trimmed)
+    }
+
+    /// `host:port` or `[v6]:port`, port 0–65535; host is an IP literal or a name.
+    public static func hostPort(_ text: String) -> (host: String, port: UInt16)? {
+        let host: Substring
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":"), !text[..<colon].contains(":") else { return nil }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        }
+        guard !host.isEmpty, host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-:".contains($0)) }),
+              let port = integer(String(portText)), port <= 65_535 else { return nil }
+        return (String(host), UInt16(port))
+    }
+
+    /// An absolute `http://` or `https://` URL with a host, without a trailing slash.
+    public static func baseURL(_ text: String) -> String? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
+              let host = url.host, !host.isEmpty else { return nil }
+        return text.hasSuffix("/") ? String(text.dropLast()) : text
+    }
+
+    /// Renders a duration the way the settings are written (`24h`, `90s`, `250ms`).
+    public static func format(_ duration: Duration) -> String {
+        let millis = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        if millis % 1000 != 0 { return "\(millis)ms" }
+        let seconds = millis / 1000
+        if seconds != 0, seconds % 86_400 == 0 { return "\(seconds / 86_400)d" }
+        if seconds != 0, seconds % 3600 == 0 { return "\(seconds / 3600)h" }
+        if seconds != 0, seconds % 60 == 0 { return "\(seconds / 60)m" }
+        return "\(seconds)s"
+    }
+
+    /// A conninfo string or URI with any password replaced by `***`.
+    public static func redactConninfo(_ text: String) -> String {
+        var result = text
+        // URI form: scheme://user:password@host
+        if let range = result.range(of: #"://[^/@:]*:[^/@]*@"#, options: .regularExpression) {
+            let userInfo = result[range]
+            if let colon = userInfo.dropFirst(3).firstIndex(of: ":") {
+                result.replaceSubrange(colon..<userInfo.index(before: userInfo.endIndex), with: ":***")
+            }
+        }
+        // key=value form and URI query parameters.
+        result = result.replacingOccurrences(of: #"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#, with: "password=***",
+                                             options: .regularExpression)
+        return result
+    }
+}
