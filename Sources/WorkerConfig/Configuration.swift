@@ -125,3 +125,12 @@ public struct Configuration: Sendable {
         return lines.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
     }
 }
+
+extension Configuration {
+    /// Just `DATABASE_URL` and `LOG_LEVEL`, for the commands that only talk to the database
+    /// (`migrate`, `status`, `redrive`), so they run without FCM credentials.
+    public static func loadDatabaseOnly(from environment: [String: String]) throws(ConfigurationError) -> (databaseURL: String, logLevel: LogLevel) {
+        let reader = EnvironmentReader(environment)
+        return (try reader.required("DATABASE_URL"), try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+    }
+}

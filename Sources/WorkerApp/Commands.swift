@@ -1,0 +1,95 @@
+import Foundation
+import Logging
+import Outbox
+import Postgres
+import Schema
+import WorkerConfig
+
+/// The one-shot operator commands.
+enum Commands {
+    static func migrate(environment: [String: String]) async -> Int32 {
+        let settings: (databaseURL: String, logLevel: LogLevel)
+        do { settings = try Configuration.loadDatabaseOnly(from: environment) } catch {
+            return WorkerApp.configurationFailed(error)
+        }
+        let client = PostgresClient(conninfo: settings.databaseURL, maxConnections: 1)
+        do {
+            let report = try await Migrator().migrate(client)
+            if report.applied.isEmpty {
+                print("schema is current (version \(report.currentVersion)); nothing to do")
+            } else {
+                print("applied migrations \(report.applied.map(String.init).joined(separator: ", ")); schema version \(report.currentVersion)")
+            }
+            return WorkerApp.ExitStatus.ok
+        } catch {
+            WorkerApp.printError("medication-worker: migrate failed: \(error)")
+            return WorkerApp.ExitStatus.failure
+        }
+    }
+
+    static func checkConfig(environment: [String: String]) -> Int32 {
+        do {
+            let configuration = try Daemon.loadConfiguration(environment: environment)
+            print(configuration.redactedDescription)
+            print("configuration OK")
+            return WorkerApp.ExitStatus.ok
+        } catch {
+            return WorkerApp.configurationFailed(error)
+        }
+    }
+
+    static func status(environment: [String: String]) async -> Int32 {
+        let settings: (databaseURL: String, logLevel: LogLevel)
+        do { settings = try Configuration.loadDatabaseOnly(from: environment) } catch {
+            return WorkerApp.configurationFailed(error)
+        }
+        let client = PostgresClient(conninfo: settings.databaseURL, maxConnections: 1)
+        do {
+            let status = try await OutboxAdmin(client: client).status()
+            print(render(status))
+            return WorkerApp.ExitStatus.ok
+        } catch {
+            WorkerApp.printError("medication-worker: status failed: \(error)")
+            return WorkerApp.ExitStatus.failure
+        }
+    }
+
+    static func render(_ status: OutboxAdmin.Status) -> String {
+        func age(_ seconds: Double?) -> String {
+            guard let seconds else { return "-" }
+            if seconds < 120 { return String(format: "%.0fs", seconds) }
+            if seconds < 7200 { return String(format: "%.0fm", seconds / 60) }
+            if seconds < 172_800 { return String(format: "%.1fh", seconds / 3600) }
+            return String(format: "%.1fd", seconds / 86_400)
+        }
+        func size(_ bytes: Int) -> String {
+            bytes >= 1 << 20 ? String(format: "%.1f MiB", Double(bytes) / 1_048_576) : String(format: "%.0f KiB", Double(bytes) / 1024)
+        }
+        let events = status.events
+        return """
+            outbox events:   pending \(events["PENDING"] ?? 0) (due now \(status.duePending)), done \(events["DONE"] ?? 0), \
+            dead \(events["DEAD"] ?? 0), expired \(events["EXPIRED"] ?? 0)
+            oldest pending:  \(age(status.oldestPendingSeconds))
+            deliveries (1h): sent \(status.recentDeliveries["SENT"] ?? 0), failed \(status.recentDeliveries["FAILED"] ?? 0), \
+            pending \(status.recentDeliveries["PENDING"] ?? 0)
+            table sizes:     "PushOutbox" \(size(status.outboxBytes)), "PushDelivery" \(size(status.deliveryBytes))
+            oldest finished: \(age(status.oldestFinishedSeconds)) (pruned after OUTBOX_RETENTION)
+            """
+    }
+
+    static func redrive(environment: [String: String], eventId: Int64?) async -> Int32 {
+        let settings: (databaseURL: String, logLevel: LogLevel)
+        do { settings = try Configuration.loadDatabaseOnly(from: environment) } catch {
+            return WorkerApp.configurationFailed(error)
+        }
+        let client = PostgresClient(conninfo: settings.databaseURL, maxConnections: 1)
+        do {
+            let ids = try await OutboxAdmin(client: client).redrive(eventId: eventId)
+            print(ids.isEmpty ? "no DEAD events" : "redriven \(ids.count) event(s): \(ids.prefix(20).map(String.init).joined(separator: ", "))\(ids.count > 20 ? ", …" : "")")
+            return WorkerApp.ExitStatus.ok
+        } catch {
+            WorkerApp.printError("medication-worker: redrive failed: \(error)")
+            return WorkerApp.ExitStatus.failure
+        }
+    }
+}

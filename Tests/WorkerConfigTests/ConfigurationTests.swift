@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+import TestSupport
+import WorkerConfig
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    /// A minimal valid environment (the service account file only has to be readable here).
+    static func baseEnvironment() throws -> [String: String] {
+        let file = try TestBinaries.temporaryFile("{}", suffix: ".json")
+        return ["DATABASE_URL": "host=/tmp dbname=x", "FCM_SERVICE_ACCOUNT_FILE": file]
+    }
+
+    @Test func defaults_matchTheSpec() throws {
+        let configuration = try Configuration.load(from: Self.baseEnvironment())
+        #expect(configuration.fcmBaseURL == "https://fcm.googleapis.com")
+        #expect(configuration.healthHost == "127.0.0.1" && configuration.healthPort == 9464)
+        #expect(configuration.batchSize == 100)
+        #expect(configuration.maxInFlight == 100)
+        #expect(configuration.pollInterval == .milliseconds(1000))
+        #expect(configuration.leaseDuration == .seconds(60))
+        #expect(configuration.maxAttempts == 10)
+        #expect(configuration.eventMaxAge == .seconds(86_400))
+        #expect(configuration.entitlementRecheckInterval == .seconds(6 * 3600))
+        #expect(configuration.outboxRetention == .seconds(7 * 86_400))
+        #expect(configuration.deliveryRetention == .seconds(30 * 86_400))
+        #expect(configuration.shutdownTimeout == .seconds(10))
+        #expect(configuration.logLevel == .info)
+        #expect(configuration.appStore == nil)
+    }
+
+    @Test(arguments: [
+        ("DATABASE_URL", nil as String?),
+        ("FCM_SERVICE_ACCOUNT_FILE", "/nonexistent/fcm.json"),
+        ("HEALTH_ADDR", "localhost"),
+        ("HEALTH_ADDR", "127.0.0.1:99999"),
+        ("BATCH_SIZE", "ten"),
+        ("LEASE_SECONDS", "-5"),
+        ("MAX_IN_FLIGHT", "0"),
+        ("EVENT_MAX_AGE", "1 week"),
+        ("LOG_LEVEL", "verbose"),
+        ("FCM_BASE_URL", "fcm.googleapis.com"),
+        ("TLS_CA_FILE", "/nonexistent/ca.pem"),
+        ("APPSTORE_ISSUER_ID", "only-this-one"),
+    ])
+    func badSetting_namesTheVariable(variable: String, value: String?) throws {
+        var environment = try Self.baseEnvironment()
+        environment[variable] = value
+        let error = #expect(throws: ConfigurationError.self) { try Configuration.load(from: environment) }
+        if variable == "APPSTORE_ISSUER_ID" {
+            #expect(error?.variable.hasPrefix("APPSTORE_") == true)
+        } else {
+            #expect(error?.variable == variable)
+        }
+    }
+
+    @Test func durations_acceptEveryUnitAndBareSeconds() {
+        #expect(ValueParsing.duration("250ms") == .milliseconds(250))
+        #expect(ValueParsing.duration("2s") == .seconds(2))
+        #expect(ValueParsing.duration("15m") == .seconds(900))
+        #expect(ValueParsing.duration("6h") == .seconds(21_600))
+        #expect(ValueParsing.duration("7d") == .seconds(604_800))
+        #expect(ValueParsing.duration("90") == .seconds(90))
+        #expect(ValueParsing.duration("1.5h") == nil)
+        #expect(ValueParsing.duration("-3s") == nil)
+        #expect(ValueParsing.duration("3w") == nil)
+    }
+
+    @Test func redactedDescription_hidesDatabasePassword() throws {
+        var environment = try Self.baseEnvironment()
+        environment["DATABASE_URL"] = "postgresql://worker:s3cret-pass@db.internal:5432/app?sslmode=require"
+        let text = try Configuration.load(from: environment).redactedDescription
+        #expect(!text.contains("s3cret-pass"))
+        #expect(text.contains("postgresql://worker:***@db.internal:5432/app"))
+        #expect(ValueParsing.redactConninfo("host=db password='a b' user=w") == "host=db password=*** user=w")
+    }
+
+    @Test func appStore_allSettingsTogetherEnableIt() throws {
+        var environment = try Self.baseEnvironment()
+        let key = try TestBinaries.temporaryFile("key", suffix: ".p8")
+        let root = try TestBinaries.temporaryFile("root", suffix: ".cer")
+        environment["APPSTORE_ISSUER_ID"] = "issuer"
+        environment["APPSTORE_KEY_ID"] = "KEY123"
+        environment["APPSTORE_BUNDLE_ID"] = "jp.example.app"
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = key
+        environment["APPSTORE_ROOT_CERT_FILES"] = "\(root), \(root)"
+        let appStore = try #require(try Configuration.load(from: environment).appStore)
+        #expect(appStore.rootCertificateFiles == [root, root])
+        #expect(appStore.productionURL == "https://api.storekit.apple.com")
+        #expect(appStore.sandboxURL == "https://api.storekit-sandbox.apple.com")
+    }
+}
