@@ -19,6 +19,13 @@ extension OutboxStore {
         public var retryDelay: Duration
         /// Recorded as `"lastError"` when the event stays PENDING or goes DEAD.
         public var error: String?
+
+        public init(id: Int64, eventKey: String, retryDelay: Duration, error: String? = nil) {
+            self.id = id
+            self.eventKey = eventKey
+            self.retryDelay = retryDelay
+            self.error = error
+        }
     }
 
     static let markSentSQL = """

@@ -1,0 +1,103 @@
+import FCM
+import Foundation
+import Outbox
+import Postgres
+import Testing
+import TestSupport
+
+@Suite("Delivery pipeline: crashes, leases, several workers")
+struct ConcurrencyTests {
+    /// A worker inserted deliveries, leased the event, then died. Once the lease expires the next
+    /// worker sends exactly those deliveries.
+    @Test func crashWindow_pendingDeliveriesOfADeadWorkerAreSentAfterLeaseExpiry() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            let d1 = try db.device(owner: "c1", token: "token-a")
+            let d2 = try db.device(owner: "c1", token: "token-b")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-crash"))
+            // What the dead worker left behind: its claim (lease not yet expired) and leased PENDING deliveries.
+            try db.connection.query(#"""
+                UPDATE "PushOutbox" SET attempts = 1, "leasedBy" = 'dead:1', "leaseToken" = gen_random_uuid(),
+                    "leaseExpiresAt" = now() + interval '1 hour', "availableAt" = now() + interval '1 hour' WHERE id = $1
+                """#, [.int(id)])
+            for device in [d1, d2] {
+                try db.connection.query(#"""
+                    INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "leaseToken", "leaseExpiresAt")
+                    VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', $1, 'PENDING', 1, gen_random_uuid(), now() + interval '1 hour')
+                    """#, [.text(device)])
+            }
+            let sender = ScriptedSender()
+            let (worker, _, _) = makeWorker(conninfo, sender: sender)
+            #expect(try await worker.drain() == 0)  // still leased: nothing to do
+            try db.connection.query(#"UPDATE "PushOutbox" SET "leaseExpiresAt" = now() - interval '1 s', "availableAt" = now() - interval '1 s'"#)
+            try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
+            #expect(try await worker.drain() == 1)
+            #expect(sender.pushes.map(\.token).sorted() == ["token-a", "token-b"])
+            #expect(try db.deliveries().map(\.status) == ["SENT", "SENT"])
+            let event = try db.eventStatus(id)
+            #expect(event.status == "DONE" && event.attempts == 2)
+        }
+    }
+
+    /// Worker A's lease expired and worker B took the event over; A's late completion changes nothing.
+    @Test func lostLease_cannotOverwriteTheNewOwnersResult() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+            let tokenA = UUID()
+            let claimedA = try await store.claim(limit: 10, workerId: "a", token: tokenA, lease: .seconds(60), maxAge: .seconds(86_400))
+            #expect(claimedA.map(\.id) == [id])
+            try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
+            let tokenB = UUID()
+            let claimedB = try await store.claim(limit: 10, workerId: "b", token: tokenB, lease: .seconds(60), maxAge: .seconds(86_400))
+            #expect(claimedB.map(\.id) == [id])
+            _ = try await store.complete(deliveries: [], events: [], finished: [(id, "DEAD", "from B")], token: tokenB, maxAttempts: 10)
+            let late = try await store.complete(deliveries: [], events: [
+                .init(id: id, eventKey: "doseTaken:group-1", retryDelay: .seconds(1), error: "from A"),
+            ], finished: [], token: tokenA, maxAttempts: 10)
+            #expect(late.eventStatuses.isEmpty)
+            let row = try db.eventStatus(id)
+            #expect(row.status == "DEAD" && row.lastError == "from B")
+        }
+    }
+
+    /// Two workers drain 1,000 events × 2 devices side by side: every (event, device) is sent exactly once.
+    @Test func twoWorkersInParallel_everyDeliverySentExactlyOnce() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, 100) g"#)
+            try db.connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, 100) g"#)
+            try db.connection.query(#"""
+                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
+                SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now() FROM generate_series(1, 100) g, generate_series(1, 2) k
+                """#)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
+                SELECT 'DOSE_TAKEN', 'p' || (1 + g % 100), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
+                    'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
+                FROM generate_series(1, 1000) g
+                """#)
+            let sender = ScriptedSender()
+            let a = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0
+            let b = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0
+            async let claimedA = a.drain()
+            async let claimedB = b.drain()
+            let (countA, countB) = try await (claimedA, claimedB)
+            #expect(countA + countB == 1000)
+            #expect(countA > 0 && countB > 0)
+            let pushes = sender.pushes
+            #expect(pushes.count == 2000)
+            #expect(Set(pushes.map { "\($0.eventKey)|\($0.token)" }).count == 2000)
+            let summary = try db.connection.query(#"""
+                SELECT (SELECT count(*) FROM "PushDelivery" WHERE status = 'SENT') AS sent,
+                       (SELECT count(*) FROM "PushOutbox" WHERE status = 'DONE') AS done
+                """#)[0]
+            #expect(try summary["sent"].int() == 2000)
+            #expect(try summary["done"].int() == 1000)
+        }
+    }
+}

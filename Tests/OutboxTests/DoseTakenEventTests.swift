@@ -1,0 +1,39 @@
+import Foundation
+import Outbox
+import Testing
+
+@Suite("DOSE_TAKEN payload")
+struct DoseTakenEventTests {
+    @Test func eventKey_usesRecordingGroupWhenPresent() throws {
+        let event = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: #"{"date":"2026-02-11","slot":"morning","recordingGroupId":"group-uuid-1","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00"}"#)
+        #expect(event.eventKey == "doseTaken:group-uuid-1")
+    }
+
+    /// 23:30 UTC on the 10th is 08:30 on the 11th in Tokyo: the key uses Tokyo's clock time.
+    @Test func eventKey_withoutGroupUsesTokyoTime() throws {
+        let event = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: #"{"date":"2026-02-11","slot":"morning","withinTime":false,"takenAt":"2026-02-10T23:30:59Z"}"#)
+        #expect(event.eventKey == "doseTaken:p1:2026-02-11:morning:08:30")
+        let null = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: #"{"date":"2026-02-11","slot":"morning","recordingGroupId":null,"withinTime":false,"takenAt":"2026-02-11T08:30:00.250+09:00"}"#)
+        #expect(null.eventKey == "doseTaken:p1:2026-02-11:morning:08:30")
+    }
+
+    @Test(arguments: [
+        ("DOSE_SKIPPED", #"{}"#, "unknown eventType"),
+        ("DOSE_TAKEN", #"[1,2]"#, "payload is a JSON array"),
+        ("DOSE_TAKEN", #"not json"#, "payload is not valid JSON"),
+        ("DOSE_TAKEN", #"{"slot":"morning","withinTime":true,"takenAt":"2026-02-11T08:03:27+09:00"}"#, "payload.date is missing"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-30","slot":"morning","withinTime":true,"takenAt":"2026-02-11T08:03:27+09:00"}"#, "payload.date"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-11","slot":"lunch","withinTime":true,"takenAt":"2026-02-11T08:03:27+09:00"}"#, "payload.slot"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-11","slot":"noon","withinTime":"yes","takenAt":"2026-02-11T08:03:27+09:00"}"#, "payload.withinTime is a string"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-11","slot":"noon","withinTime":true,"takenAt":"2026-02-11 08:03"}"#, "payload.takenAt"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-11","slot":"noon","withinTime":true,"takenAt":"2026-02-11T08:03:27"}"#, "payload.takenAt"),
+        ("DOSE_TAKEN", #"{"date":"2026-02-11","slot":"noon","withinTime":true,"recordingGroupId":5,"takenAt":"2026-02-11T08:03:27Z"}"#, "payload.recordingGroupId is a number"),
+    ])
+    func invalidPayload_isRefusedWithAReasonNamingTheField(eventType: String, payload: String, reason: String) {
+        #expect {
+            _ = try DoseTakenEvent.parse(eventType: eventType, patientId: "p1", payload: payload)
+        } throws: { error in
+            (error as? DoseTakenEvent.Invalid)?.reason.contains(reason) == true
+        }
+    }
+}

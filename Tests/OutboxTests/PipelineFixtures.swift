@@ -1,0 +1,88 @@
+import FCM
+import Foundation
+import Logging
+import Metrics
+import Outbox
+import Postgres
+import TestSupport
+
+/// Seeds the API's tables and enqueues events exactly as the web API does.
+struct Fixtures {
+    let connection: PostgresConnection
+
+    init(_ conninfo: String) throws { connection = try PostgresConnection(conninfo: conninfo) }
+
+    func patient(_ id: String, name: String = "山田花子") throws {
+        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ($1, $2)"#, [.text(id), .text(name)])
+    }
+
+    func link(caregiver: String, patient: String, status: String = "ACTIVE") throws {
+        try connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ($1, $2, $3, $4)"#,
+                             [.text(UUID().uuidString), .text(caregiver), .text(patient), .text(status)])
+    }
+
+    @discardableResult
+    func device(owner: String, token: String, enabled: Bool = true, id: String = UUID().uuidString) throws -> String {
+        try connection.query("""
+            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
+            VALUES ($1, 'CAREGIVER', $2, $3, 'ios', 'PROD', $4, now() - interval '1 day')
+            """, [.text(id), .text(owner), .text(token), .bool(enabled)])
+        return id
+    }
+
+    /// The web API's documented enqueue statement.
+    @discardableResult
+    func enqueue(patient: String, payload: String, eventType: String = "DOSE_TAKEN") throws -> Int64 {
+        Int64(try connection.query("""
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ($1, $2, $3::jsonb) RETURNING id
+            """, [.text(eventType), .text(patient), .text(payload)])[0]["id"].int())
+    }
+
+    static func payload(date: String = "2026-02-11", slot: String = "morning", group: String? = "group-1",
+                        withinTime: Bool = true, takenAt: String = "2026-02-11T08:03:27+09:00") -> String {
+        let groupJSON = group.map { "\"\($0)\"" } ?? "null"
+        return #"{"date":"\#(date)","slot":"\#(slot)","recordingGroupId":\#(groupJSON),"withinTime":\#(withinTime),"isPrn":false,"takenAt":"\#(takenAt)"}"#
+    }
+
+    func eventStatus(_ id: Int64) throws -> (status: String, attempts: Int, lastError: String?) {
+        let row = try connection.query(#"SELECT status, attempts, "lastError" FROM "PushOutbox" WHERE id = $1"#, [.int(id)])[0]
+        return (try row["status"].string(), try row["attempts"].int(), row["lastError"].optionalString())
+    }
+
+    func deliveries() throws -> [(key: String, device: String, status: String, messageId: String?)] {
+        try connection.query(#"SELECT "eventKey", "pushDeviceId", status, "fcmMessageId" FROM "PushDelivery" ORDER BY "eventKey", "pushDeviceId""#)
+            .map { (try $0["eventKey"].string(), try $0["pushDeviceId"].string(), try $0["status"].string(), $0["fcmMessageId"].optionalString()) }
+    }
+}
+
+/// A PushSender whose answers are scripted by token prefix; records every push it was handed.
+final class ScriptedSender: PushSender, @unchecked Sendable {
+    private let lock = NSLock()
+    private var sent: [DoseTakenPush] = []
+    private var failuresLeft: [String: Int] = [:]
+    let answer: @Sendable (DoseTakenPush) -> SendOutcome
+
+    init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") }) {
+        self.answer = answer
+    }
+
+    func send(_ push: DoseTakenPush) async -> SendOutcome {
+        lock.withLock { sent.append(push) }
+        return answer(push)
+    }
+
+    var pushes: [DoseTakenPush] { lock.withLock { sent } }
+}
+
+/// A worker with test-friendly settings.
+func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout OutboxWorkerConfiguration) -> Void = { _ in })
+    -> (OutboxWorker, MetricsRegistry, MemorySink) {
+    var configuration = OutboxWorkerConfiguration()
+    configuration.pollInterval = .milliseconds(50)
+    configure(&configuration)
+    let sink = MemorySink()
+    let metrics = MetricsRegistry()
+    let worker = OutboxWorker(client: PostgresClient(conninfo: conninfo), sender: sender, configuration: configuration,
+                              logger: Logger(label: "outbox", logLevel: .debug, sink: sink), metrics: metrics)
+    return (worker, metrics, sink)
+}

@@ -1,0 +1,212 @@
+import FCM
+import Foundation
+import Outbox
+import Postgres
+import Testing
+import TestSupport
+
+@Suite("Delivery pipeline")
+struct PipelineTests {
+    @Test func happyPath_sendsOncePerDeviceAndMarksEventDone() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1", name: "山田花子")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a", id: "d1")
+            try db.device(owner: "c1", token: "token-b", id: "d2")
+            try db.device(owner: "c1", token: "token-off", enabled: false, id: "d3")
+            try db.device(owner: "someone-else", token: "token-x", id: "d4")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let sender = ScriptedSender()
+            let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
+            #expect(try await worker.drain() == 1)
+            #expect(try db.eventStatus(id).status == "DONE")
+            let deliveries = try db.deliveries()
+            #expect(deliveries.map(\.device) == ["d1", "d2"])
+            #expect(deliveries.allSatisfy { $0.status == "SENT" && $0.key == "doseTaken:group-1" })
+            #expect(deliveries.map(\.messageId) == ["projects/p/messages/token-a", "projects/p/messages/token-b"])
+            let pushes = sender.pushes.sorted { $0.token < $1.token }
+            #expect(pushes.map(\.token) == ["token-a", "token-b"])
+            #expect(pushes[0] == DoseTakenPush(token: "token-a", eventKey: "doseTaken:group-1", patientId: "p1", displayName: "山田花子",
+                                               date: "2026-02-11", slot: "morning", recordingGroupId: "group-1", withinTime: true))
+            #expect(metrics.value("push_deliveries_total", labels: ["result": "sent"]) == 2)
+        }
+    }
+
+    @Test func noActiveLink_isDoneWithZeroDeliveries() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1", status: "REVOKED")
+            try db.device(owner: "c1", token: "token-a")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let sender = ScriptedSender()
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.deliveries().isEmpty)
+            #expect(sender.pushes.isEmpty)
+        }
+    }
+
+    @Test func sameRecordingGroupTwice_onePushPerDevice() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            try db.device(owner: "c1", token: "token-b")
+            let first = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-same"))
+            let sender = ScriptedSender()
+            let (worker, _, _) = makeWorker(conninfo, sender: sender)
+            try await worker.drain()
+            let second = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-same"))
+            try await worker.drain()
+            #expect(sender.pushes.count == 2)
+            #expect(try db.deliveries().count == 2)
+            #expect(try db.eventStatus(first).status == "DONE")
+            #expect(try db.eventStatus(second).status == "DONE")
+        }
+    }
+
+    @Test func badInput_goesDeadWhileAGoodEventBehindItIsSent() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            let bad = [
+                try db.enqueue(patient: "p1", payload: "{}", eventType: "DOSE_SKIPPED"),
+                try db.enqueue(patient: "p1", payload: "[]"),
+                try db.enqueue(patient: "p1", payload: #"{"slot":"morning","withinTime":true,"takenAt":"2026-02-11T08:03:27+09:00"}"#),
+                try db.enqueue(patient: "p1", payload: Fixtures.payload(slot: "brunch")),
+                try db.enqueue(patient: "ghost", payload: Fixtures.payload(group: "g-ghost")),
+            ]
+            let good = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-good"))
+            let sender = ScriptedSender()
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            let errors = try bad.map { try db.eventStatus($0) }
+            #expect(errors.allSatisfy { $0.status == "DEAD" })
+            #expect(errors[0].lastError?.contains("unknown eventType \"DOSE_SKIPPED\"") == true)
+            #expect(errors[1].lastError?.contains("payload is a JSON array") == true)
+            #expect(errors[2].lastError?.contains("payload.date is missing") == true)
+            #expect(errors[3].lastError?.contains("payload.slot \"brunch\"") == true)
+            #expect(errors[4].lastError?.contains("unknown patient ghost") == true)
+            #expect(try db.eventStatus(good).status == "DONE")
+            #expect(sender.pushes.map(\.eventKey) == ["doseTaken:g-good"])
+        }
+    }
+
+    @Test func retry_honoursRetryAfterAndKeepsDeliveryPending() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let sender = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: .seconds(120), minimumBackoff: nil) }
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            let row = try db.connection.query(#"""
+                SELECT status, attempts, "lastError", extract(epoch FROM "availableAt" - now())::float8 AS wait,
+                       "leaseToken" IS NULL AS released FROM "PushOutbox" WHERE id = $1
+                """#, [.int(id)])[0]
+            #expect(try row["status"].string() == "PENDING")
+            #expect(try row["attempts"].int() == 1)
+            #expect(row["lastError"].optionalString() == "UNAVAILABLE")
+            #expect(try row["wait"].double() >= 119)
+            #expect(try row["released"].bool())
+            #expect(try db.deliveries().map(\.status) == ["PENDING"])
+        }
+    }
+
+    @Test func quotaExceededWithoutRetryAfter_backsOffAtLeastSixtySeconds() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let sender = ScriptedSender { _ in .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            let wait = try db.connection.query(#"SELECT extract(epoch FROM "availableAt" - now())::float8 AS w FROM "PushOutbox" WHERE id = $1"#,
+                                               [.int(id)])[0]["w"].double()
+            #expect(wait >= 59)
+        }
+    }
+
+    @Test func attemptsExhausted_eventGoesDeadAndRedriveRevivesIt() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let failing = ScriptedSender { _ in .retry(reason: "INTERNAL", after: nil, minimumBackoff: nil) }
+            let (worker, _, _) = makeWorker(conninfo, sender: failing) { $0.maxAttempts = 3 }
+            for _ in 0..<3 {
+                try await worker.drain()
+                try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE status = 'PENDING'"#)
+            }
+            let dead = try db.eventStatus(id)
+            #expect(dead.status == "DEAD")
+            #expect(dead.attempts == 3)
+            #expect(dead.lastError?.contains("attempts exhausted") == true)
+
+            let redriven = try await OutboxAdmin(client: PostgresClient(conninfo: conninfo)).redrive(eventId: id)
+            #expect(redriven == [id])
+            try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
+            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.deliveries().map(\.status) == ["SENT"])
+            await #expect(throws: OutboxAdmin.RedriveError.self) {
+                try await OutboxAdmin(client: PostgresClient(conninfo: conninfo)).redrive(eventId: id)
+            }
+        }
+    }
+
+    @Test func staleEvent_isExpiredWithoutSending() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "token-a")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = $1"#, [.int(id)])
+            let sender = ScriptedSender()
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            #expect(try db.eventStatus(id).status == "EXPIRED")
+            #expect(sender.pushes.isEmpty)
+        }
+    }
+
+    @Test func deadToken_disablesDeviceUnlessReRegisteredDuringTheSend() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "dead-token-1", id: "d-dead")
+            try db.device(owner: "c1", token: "dead-token-2", id: "d-reregistered")
+            try db.device(owner: "c1", token: "payload-bug", id: "d-ok")
+            let connection = db.connection
+            let sender = ScriptedSender { push in
+                switch push.token {
+                case "dead-token-2":
+                    // The app re-registers this device while the send is in flight.
+                    _ = try? PostgresConnection(conninfo: conninfo).query(
+                        #"UPDATE "PushDevice" SET "lastSeenAt" = clock_timestamp() + interval '1 second' WHERE id = 'd-reregistered'"#)
+                    return .tokenInvalid(reason: "UNREGISTERED")
+                case "payload-bug": return .permanentFailure(reason: "INVALID_ARGUMENT")
+                default: return .tokenInvalid(reason: "UNREGISTERED")
+                }
+            }
+            _ = connection
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
+            try await worker.drain()
+            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.deliveries().allSatisfy { $0.status == "FAILED" })
+            let enabled = try db.connection.query(#"SELECT id, "isEnabled" FROM "PushDevice" ORDER BY id"#)
+                .map { "\(try $0["id"].string())=\(try $0["isEnabled"].bool())" }
+            #expect(enabled == ["d-dead=false", "d-ok=true", "d-reregistered=true"])
+            #expect(metrics.value("push_tokens_disabled_total", labels: ["reason": "UNREGISTERED"]) == 1)
+        }
+    }
+}
