@@ -78,6 +78,13 @@ public struct OutboxStore: Sendable {
         ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
         """
 
+    /// Records each event's key with its deliveries (retention spares deliveries of PENDING events by key).
+    public static let setEventKeysSQL = """
+        UPDATE "PushOutbox" o SET "eventKey" = v.key
+        FROM unnest($1::bigint[], $2::text[]) AS v(id, key)
+        WHERE o.id = v.id AND o."eventKey" IS DISTINCT FROM v.key
+        """
+
     /// A PENDING delivery whose device was disabled since it was inserted will never be sent.
     public static let failDisabledSQL = """
         UPDATE "PushDelivery" pd
@@ -106,7 +113,7 @@ public struct OutboxStore: Sendable {
     }
 
     /// Looks up patients, inserts the deliveries of events whose patient exists, and leases every PENDING delivery.
-    public func fanOut(events: [(eventKey: String, patientId: String)], token: UUID, lease: Duration) async throws -> FanOut {
+    public func fanOut(events: [(id: Int64, eventKey: String, patientId: String)], token: UUID, lease: Duration) async throws -> FanOut {
         let patientIds = Array(Set(events.map(\.patientId)))
         return try await client.withTransaction { connection in
             var names: [String: String] = [:]
@@ -115,6 +122,7 @@ public struct OutboxStore: Sendable {
             }
             let known = events.filter { names[$0.patientId] != nil }
             guard !known.isEmpty else { return FanOut(displayNames: names, deliveries: []) }
+            try connection.query(Self.setEventKeysSQL, [.intArray(known.map(\.id)), .textArray(known.map(\.eventKey))])
             try connection.query(Self.fanOutSQL, [.textArray(known.map(\.eventKey)), .textArray(known.map(\.patientId))])
             let keys = Array(Set(known.map(\.eventKey)))
             try connection.query(Self.failDisabledSQL, [.textArray(keys)])

@@ -22,7 +22,7 @@ extension OutboxWorker {
             }
         }
 
-        let fanOut = try await store.fanOut(events: valid.map { ($0.event.eventKey, $0.event.patientId) },
+        let fanOut = try await store.fanOut(events: valid.map { ($0.claim.id, $0.event.eventKey, $0.event.patientId) },
                                             token: token, lease: configuration.lease)
         var byKey: [String: (claim: OutboxStore.ClaimedEvent, event: DoseTakenEvent)] = [:]
         var live: [(claim: OutboxStore.ClaimedEvent, event: DoseTakenEvent)] = []

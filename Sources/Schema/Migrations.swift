@@ -92,5 +92,32 @@ public enum Migrations {
             ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revocationReason" text
             """,
         ]),
+            Migration(version: 2, name: "retention: finished-row and delivery-age indexes, event key, autovacuum", statements: [
+            // The event's key, written with its deliveries, so pruning can spare deliveries of PENDING events.
+            """
+            ALTER TABLE "PushOutbox" ADD COLUMN IF NOT EXISTS "eventKey" text
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS "PushOutbox_finished_idx"
+                ON "PushOutbox" ("processedAt") WHERE status IN ('DONE', 'EXPIRED')
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS "PushOutbox_pending_key_idx"
+                ON "PushOutbox" ("eventKey") WHERE status = 'PENDING'
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS "PushDelivery_createdAt_idx" ON "PushDelivery" ("createdAt")
+            """,
+            // A queue table churns: vacuum after ~1% dead rows rather than the default 20%, so the
+            // claim's index scan never wades through dead tuples.
+            """
+            ALTER TABLE "PushOutbox" SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+                autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.05)
+            """,
+            """
+            ALTER TABLE "PushDelivery" SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
+                autovacuum_analyze_scale_factor = 0.02)
+            """,
+        ]),
     ]
 }

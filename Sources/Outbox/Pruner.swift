@@ -1,0 +1,108 @@
+import Foundation
+import Logging
+import Metrics
+import Postgres
+
+/// Deletes finished history in small batches so the tables stay small for years (SPEC §3 Retention).
+/// One instance at a time: a pass runs only while holding a session advisory lock.
+public final class Pruner: Sendable {
+    /// Advisory lock key for pruning ("medwprn1").
+    public static let lockKey: Int64 = 0x6D65_6477_7072_6E31
+
+    /// Retention settings.
+    public struct Configuration: Sendable {
+        public var outboxRetention: Duration
+        public var deliveryRetention: Duration
+        /// Rows per DELETE statement (each its own short transaction).
+        public var batchSize = 1000
+
+        public init(outboxRetention: Duration, deliveryRetention: Duration) {
+            self.outboxRetention = outboxRetention
+            self.deliveryRetention = deliveryRetention
+        }
+
+        /// At least once a minute; more often when a retention is shorter than two minutes.
+        public var passInterval: Duration {
+            min(.seconds(60), min(outboxRetention, deliveryRetention) / 2)
+        }
+    }
+
+    /// What one pass removed; nil counts when another instance held the lock.
+    public struct PassSummary: Sendable, Equatable {
+        public var ranPass: Bool
+        public var outboxDeleted: Int
+        public var deliveriesDeleted: Int
+    }
+
+    static let deleteOutboxSQL = """
+        DELETE FROM "PushOutbox" WHERE id IN (
+            SELECT id FROM "PushOutbox"
+            WHERE status IN ('DONE', 'EXPIRED') AND "processedAt" < now() - make_interval(secs => $1::double precision)
+            LIMIT $2)
+        """
+
+    static let deleteDeliveriesSQL = """
+        DELETE FROM "PushDelivery" WHERE id IN (
+            SELECT pd.id FROM "PushDelivery" pd
+            WHERE pd."createdAt" < now() - make_interval(secs => $1::double precision)
+              AND NOT EXISTS (SELECT 1 FROM "PushOutbox" o WHERE o.status = 'PENDING' AND o."eventKey" = pd."eventKey")
+            LIMIT $2)
+        """
+
+    let client: PostgresClient
+    let configuration: Configuration
+    let logger: Logger
+    let outboxDeleted: Counter
+    let deliveriesDeleted: Counter
+
+    public init(client: PostgresClient, configuration: Configuration, logger: Logger, metrics: MetricsRegistry) {
+        self.client = client
+        self.configuration = configuration
+        self.logger = logger
+        let help = "Rows deleted by retention, by table."
+        outboxDeleted = metrics.counter("push_retention_deleted_rows_total", help: help, labels: ["table": "PushOutbox"])
+        deliveriesDeleted = metrics.counter("push_retention_deleted_rows_total", help: help, labels: ["table": "PushDelivery"])
+    }
+
+    /// One pass: both tables until nothing old is left, unless another instance is pruning.
+    public func runOnce(shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> PassSummary {
+        let configuration = self.configuration
+        let summary = try await client.withConnection { connection -> PassSummary in
+            let locked = try connection.query("SELECT pg_try_advisory_lock($1) AS ok", [.int(Self.lockKey)])[0]["ok"].bool()
+            guard locked else { return PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0) }
+            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)]) }
+            func drain(_ sql: String, _ retention: Duration) throws -> Int {
+                var total = 0
+                while !shouldStop() {
+                    let deleted = try connection.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
+                    total += deleted
+                    if deleted < configuration.batchSize { break }
+                }
+                return total
+            }
+            let outbox = try drain(Self.deleteOutboxSQL, configuration.outboxRetention)
+            let deliveries = try drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
+            return PassSummary(ranPass: true, outboxDeleted: outbox, deliveriesDeleted: deliveries)
+        }
+        outboxDeleted.increment(by: Double(summary.outboxDeleted))
+        deliveriesDeleted.increment(by: Double(summary.deliveriesDeleted))
+        if summary.outboxDeleted + summary.deliveriesDeleted > 0 {
+            logger.info("retention pass deleted old rows", metadata: [
+                "retention.outbox_deleted": "\(summary.outboxDeleted)", "retention.deliveries_deleted": "\(summary.deliveriesDeleted)",
+            ])
+        }
+        return summary
+    }
+
+    /// Runs passes every `passInterval` until `stop` is requested.
+    public func run(stop: StopSignal, wake: WakeSignal) async {
+        while !stop.isRequested {
+            do {
+                _ = try await runOnce { stop.isRequested }
+            } catch {
+                logger.warning("retention pass failed", metadata: ["error": "\(error)"])
+            }
+            await wake.wait(after: wake.current, timeout: configuration.passInterval)
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+import Metrics
+import Logging
+import Outbox
+import Postgres
+import Testing
+import TestSupport
+
+@Suite("Retention and index health")
+struct RetentionTests {
+    func pruner(_ conninfo: String) -> Pruner {
+        Pruner(client: PostgresClient(conninfo: conninfo, maxConnections: 1),
+               configuration: .init(outboxRetention: .seconds(7 * 86_400), deliveryRetention: .seconds(30 * 86_400)),
+               logger: Logger(label: "retention", sink: MemorySink()), metrics: MetricsRegistry())
+    }
+
+    @Test func prune_removesOldFinishedRowsKeepsNewDeadAndPendingOnes() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.device(owner: "c1", token: "t", id: "d1")
+            try db.device(owner: "c1", token: "t2", id: "d2")
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "eventKey", "createdAt") VALUES
+                ('DOSE_TAKEN', 'p1', '{}', 'DONE',    now() - interval '8 days', 'k-old-done', now() - interval '8 days'),
+                ('DOSE_TAKEN', 'p1', '{}', 'EXPIRED', now() - interval '8 days', 'k-old-exp', now() - interval '9 days'),
+                ('DOSE_TAKEN', 'p1', '{}', 'DONE',    now() - interval '6 days', 'k-new-done', now() - interval '6 days'),
+                ('DOSE_TAKEN', 'p1', '{}', 'DEAD',    now() - interval '60 days', 'k-dead', now() - interval '60 days'),
+                ('DOSE_TAKEN', 'p1', '{}', 'PENDING', NULL, 'k-pending', now() - interval '40 days')
+                """#)
+            try db.connection.query(#"""
+                INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, "createdAt") VALUES
+                ('old-sent', 'k-old-done', 'd1', 'SENT', now() - interval '31 days'),
+                ('old-of-pending', 'k-pending', 'd1', 'SENT', now() - interval '40 days'),
+                ('old-pending-of-pending', 'k-pending', 'd2', 'PENDING', now() - interval '40 days'),
+                ('new-sent', 'k-new-done', 'd1', 'SENT', now() - interval '29 days')
+                """#)
+            let summary = try await pruner(conninfo).runOnce()
+            #expect(summary.ranPass && summary.outboxDeleted == 2 && summary.deliveriesDeleted == 1)
+            let keys = try db.connection.query(#"SELECT "eventKey" FROM "PushOutbox" ORDER BY 1"#).map { try $0["eventKey"].string() }
+            #expect(keys == ["k-dead", "k-new-done", "k-pending"])
+            let deliveries = try db.connection.query(#"SELECT id FROM "PushDelivery" ORDER BY 1"#).map { try $0["id"].string() }
+            #expect(deliveries == ["new-sent", "old-of-pending", "old-pending-of-pending"])
+        }
+    }
+
+    @Test func prune_skipsWhileAnotherInstanceHoldsTheLock() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let holder = try PostgresConnection(conninfo: conninfo)
+            try holder.query("SELECT pg_advisory_lock($1)", [.int(Pruner.lockKey)])
+            #expect(try await pruner(conninfo).runOnce().ranPass == false)
+        }
+    }
+
+    @Test func retentionPasses_runAtLeastOnceAMinuteAndFasterForShortRetention() {
+        #expect(Pruner.Configuration(outboxRetention: .seconds(7 * 86_400), deliveryRetention: .seconds(30 * 86_400)).passInterval == .seconds(60))
+        #expect(Pruner.Configuration(outboxRetention: .seconds(30), deliveryRetention: .seconds(3600)).passInterval == .seconds(15))
+    }
+
+    /// With 200,000 finished rows present, the claim still reads only the partial index of PENDING rows.
+    @Test func claimPlan_usesThePartialIndexWith200kFinishedRows() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
+                SELECT 'DOSE_TAKEN', 'p', '{}', 'DONE', now(), now() FROM generate_series(1, 200000)
+                """#)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 100)
+                """#)
+            try db.connection.query(#"ANALYZE "PushOutbox""#)
+            let plan = try db.connection.withTransaction { connection in
+                try connection.query("EXPLAIN " + OutboxStore.claimSQL, [.int(100), .text("w"), .text(UUID().uuidString), .double(60), .double(86_400)])
+                    .map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
+            }
+            #expect(plan.contains("PushOutbox_pending_due_idx"))
+            #expect(!plan.contains("Seq Scan"))
+        }
+    }
+}
