@@ -129,14 +129,15 @@ extension OutboxWorker {
                 }
             }
         }
-        await withTaskGroup(of: Void.self) { race in
-            race.addTask { await sending.value }
-            race.addTask { [stop] in await stop.waitForDeadline() }
-            await race.next()
-            race.cancelAll()
-        }
+        // Whichever comes first: every send answered, or the stop's grace period ran out.
+        let finish = OneShot()
+        let watcher = Task { [stop] in await stop.waitForDeadline(); finish.fire() }
+        Task { await sending.value; finish.fire() }
+        await finish.wait()
+        watcher.cancel()
+        let arrived = collector.outcomes
         sending.cancel()
-        return collector.outcomes
+        return arrived
     }
 }
 
@@ -150,4 +151,32 @@ final class OutcomeCollector: @unchecked Sendable {
     }
 
     var outcomes: [(OutboxStore.ClaimedDelivery, SendOutcome)] { lock.withLock { stored } }
+}
+
+/// Resumes its single waiter on the first `fire()`; later fires do nothing.
+final class OneShot: @unchecked Sendable {
+    private let lock = NSLock()
+    private var fired = false
+    private var waiter: CheckedContinuation<Void, Never>?
+
+    func fire() {
+        let resume = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+            guard !fired else { return nil }
+            fired = true
+            defer { waiter = nil }
+            return waiter
+        }
+        resume?.resume()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let already = lock.withLock { () -> Bool in
+                if fired { return true }
+                waiter = continuation
+                return false
+            }
+            if already { continuation.resume() }
+        }
+    }
 }

@@ -1,0 +1,23 @@
+import Dispatch
+import Foundation
+
+/// Turns SIGTERM and SIGINT into a callback on a private queue (swift-service-lifecycle style):
+/// the default disposition is ignored so the process is not killed before it can stop gracefully.
+final class SignalWatcher: @unchecked Sendable {
+    private let queue = DispatchQueue(label: "medication-worker.signals")
+    private var sources: [DispatchSourceSignal] = []
+
+    /// Starts watching; `handler` receives the signal's name each time one arrives.
+    init(signals: [Int32] = [SIGTERM, SIGINT], handler: @escaping @Sendable (String) -> Void) {
+        for number in signals {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            let name = number == SIGTERM ? "SIGTERM" : number == SIGINT ? "SIGINT" : "signal \(number)"
+            source.setEventHandler { handler(name) }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    deinit { for source in sources { source.cancel() } }
+}
