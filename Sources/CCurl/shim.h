@@ -1,2 +1,36 @@
 #pragma once
 #include <curl/curl.h>
+
+/* Typed wrappers for libcurl's variadic setopt/getinfo (Swift cannot call C variadics),
+   in the style of swift-corelibs-foundation's CFURLSessionInterface. */
+
+typedef size_t (*mw_curl_data_callback)(char *buffer, size_t size, size_t count, void *userdata);
+
+static inline CURLcode mw_easy_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode mw_easy_setopt_ptr(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode mw_easy_setopt_cstr(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode mw_easy_setopt_slist(CURL *handle, CURLoption option, struct curl_slist *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode mw_easy_setopt_callback(CURL *handle, CURLoption option, mw_curl_data_callback value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode mw_easy_setopt_blob(CURL *handle, CURLoption option, void *data, size_t length) {
+    struct curl_blob blob = { data, length, CURL_BLOB_COPY };
+    return curl_easy_setopt(handle, option, &blob);
+}
+static inline CURLcode mw_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode mw_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
+    return curl_multi_setopt(handle, option, value);
+}

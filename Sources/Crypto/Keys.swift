@@ -1,0 +1,101 @@
+import COpenSSL
+import Foundation
+
+/// A private key (RSA or EC) loaded from PEM (PKCS#8, PKCS#1 or SEC1). Owns its `EVP_PKEY`.
+public final class PrivateKey: @unchecked Sendable {
+    let raw: OpaquePointer
+
+    /// Parses a PEM private key; the error never contains key material.
+    public init(pem: String) throws(CryptoError) {
+        let bytes = Array(pem.utf8)
+        let key: OpaquePointer? = bytes.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let key else { throw CryptoError.openSSL(.invalidKey, "not a PEM private key") }
+        raw = key
+    }
+
+    deinit { EVP_PKEY_free(raw) }
+
+    /// True for EC keys (ES256), false for RSA (RS256).
+    public var isEC: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_EC }
+
+    /// Signs SHA-256 of `data`: PKCS#1 v1.5 for RSA, DER-encoded ECDSA for EC.
+    public func signSHA256(_ data: [UInt8]) throws(CryptoError) -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError(.signingFailed, "EVP_MD_CTX_new failed") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, raw) == 1 else {
+            throw CryptoError.openSSL(.signingFailed, "EVP_DigestSignInit")
+        }
+        var length = 0
+        guard EVP_DigestSign(context, nil, &length, data, data.count) == 1 else {
+            throw CryptoError.openSSL(.signingFailed, "EVP_DigestSign (size)")
+        }
+        var signature = [UInt8](repeating: 0, count: length)
+        guard EVP_DigestSign(context, &signature, &length, data, data.count) == 1 else {
+            throw CryptoError.openSSL(.signingFailed, "EVP_DigestSign")
+        }
+        return Array(signature.prefix(length))
+    }
+
+    /// The matching public key.
+    public func publicKey() throws(CryptoError) -> PublicKey {
+        // Round-trip through DER SubjectPublicKeyInfo to get an independent public-only key.
+        var der: UnsafeMutablePointer<UInt8>?
+        let length = i2d_PUBKEY(raw, &der)
+        guard length > 0, let der else { throw CryptoError.openSSL(.invalidKey, "i2d_PUBKEY") }
+        defer { CRYPTO_free(der, #fileID, #line) }
+        return try PublicKey(der: Array(UnsafeBufferPointer(start: der, count: Int(length))))
+    }
+}
+
+/// A public key (RSA or EC). Owns its `EVP_PKEY`.
+public final class PublicKey: @unchecked Sendable {
+    let raw: OpaquePointer
+
+    init(owning raw: OpaquePointer) { self.raw = raw }
+
+    /// Parses a PEM `PUBLIC KEY` or takes the key of a PEM `CERTIFICATE`.
+    public init(pem: String) throws(CryptoError) {
+        let bytes = Array(pem.utf8)
+        let key: OpaquePointer? = bytes.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            if pem.contains("BEGIN CERTIFICATE") {
+                guard let certificate = PEM_read_bio_X509(bio, nil, nil, nil) else { return nil }
+                defer { X509_free(certificate) }
+                return X509_get_pubkey(certificate)
+            }
+            return PEM_read_bio_PUBKEY(bio, nil, nil, nil)
+        }
+        guard let key else { throw CryptoError.openSSL(.invalidKey, "not a PEM public key or certificate") }
+        raw = key
+    }
+
+    /// Parses DER SubjectPublicKeyInfo.
+    public init(der: [UInt8]) throws(CryptoError) {
+        let key: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let key else { throw CryptoError.openSSL(.invalidKey, "not a DER public key") }
+        raw = key
+    }
+
+    deinit { EVP_PKEY_free(raw) }
+
+    /// True for EC keys.
+    public var isEC: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_EC }
+
+    /// Verifies a SHA-256 signature (PKCS#1 v1.5 for RSA, DER ECDSA for EC).
+    public func verifySHA256(signature: [UInt8], data: [UInt8]) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, raw) == 1 else { ERR_clear_error(); return false }
+        let ok = EVP_DigestVerify(context, signature, signature.count, data, data.count) == 1
+        ERR_clear_error()
+        return ok
+    }
+}

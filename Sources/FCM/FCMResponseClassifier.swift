@@ -1,0 +1,94 @@
+import Foundation
+
+/// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.
+public enum FCMResponseClassifier {
+    /// A classified response. `unauthenticated` asks the sender to refresh its token and retry once.
+    public enum Result: Sendable, Equatable {
+        case outcome(SendOutcome)
+        case unauthenticated
+    }
+
+    static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+    static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
+
+    /// The parts of Google's error JSON (`error.code`, `error.status`, `error.details[]`) that matter.
+    public struct GoogleError: Sendable, Equatable {
+        public var code: Int?
+        public var status: String?
+        public var message: String?
+        /// `errorCode` of the FcmError detail.
+        public var fcmErrorCode: String?
+        /// `field` of each BadRequest field violation (present = a payload bug).
+        public var badRequestFields: [String]?
+
+        /// Parses the body; nil when it is not Google's error shape.
+        public static func parse(_ body: [UInt8]) -> GoogleError? {
+            guard let root = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
+                  let error = root["error"] as? [String: Any] else { return nil }
+            var parsed = GoogleError(code: (error["code"] as? NSNumber)?.intValue, status: error["status"] as? String,
+                                     message: error["message"] as? String)
+            for detail in error["details"] as? [[String: Any]] ?? [] {
+                switch detail["@type"] as? String {
+                case fcmErrorType?:
+                    parsed.fcmErrorCode = detail["errorCode"] as? String
+                case badRequestType?:
+                    let violations = detail["fieldViolations"] as? [[String: Any]] ?? []
+                    parsed.badRequestFields = violations.compactMap { $0["field"] as? String }
+                default:
+                    continue
+                }
+            }
+            return parsed
+        }
+    }
+
+    /// Classifies one response; `now` resolves an HTTP-date Retry-After.
+    public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {
+        if status == 200 {
+            let root = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+            return .outcome(.sent(messageName: root?["name"] as? String ?? ""))
+        }
+        let error = GoogleError.parse(body)
+        let code = error?.fcmErrorCode
+        let retryAfter = headers["retry-after"].flatMap { parseRetryAfter($0, now: now) }
+
+        if code == "UNREGISTERED" || (code == nil && (status == 404 || error?.status == "NOT_FOUND")) {
+            return .outcome(.tokenInvalid(reason: "UNREGISTERED"))
+        }
+        if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
+        if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
+        if code == "QUOTA_EXCEEDED" || status == 429 {
+            return .outcome(.retry(reason: "QUOTA_EXCEEDED", after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
+        }
+        if code == "UNAVAILABLE" || status == 503 { return .outcome(.retry(reason: "UNAVAILABLE", after: retryAfter, minimumBackoff: nil)) }
+        if code == "INTERNAL" || status == 500 { return .outcome(.retry(reason: "INTERNAL", after: retryAfter, minimumBackoff: nil)) }
+        if status == 400 || code == "INVALID_ARGUMENT" {
+            if let fields = error?.badRequestFields {
+                // A payload bug: the device is fine, the message is not.
+                return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: bad field \(fields.joined(separator: ", ").prefix(120))"))
+            }
+            if code == "INVALID_ARGUMENT" { return .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")) }
+            return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT"))
+        }
+        if status == 401 { return .unauthenticated }
+        if status == 403 { return .outcome(.permanentFailure(reason: error?.status ?? "PERMISSION_DENIED")) }
+        if status >= 500 { return .outcome(.retry(reason: "HTTP \(status)", after: retryAfter, minimumBackoff: nil)) }
+        return .outcome(.permanentFailure(reason: code ?? error?.status ?? "HTTP \(status)"))
+    }
+
+    /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3); a past date means now.
+    public static func parseRetryAfter(_ value: String, now: Date) -> Duration? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
+            formatter.dateFormat = format
+            if let date = formatter.date(from: trimmed) {
+                return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
+            }
+        }
+        return nil
+    }
+}

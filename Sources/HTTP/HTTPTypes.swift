@@ -1,0 +1,88 @@
+/// One HTTP request.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    public var url: String
+    public var headers: [String: String]
+    public var body: [UInt8]
+    /// nil = the client's `requestTimeout`.
+    public var timeout: Duration?
+
+    public init(method: String = "GET", url: String, headers: [String: String] = [:], body: [UInt8] = [], timeout: Duration? = nil) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeout = timeout
+    }
+}
+
+/// A complete HTTP response.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    /// Header names lower-cased; a repeated header keeps its last value.
+    public var headers: [String: String]
+    public var body: [UInt8]
+    /// `"2"` or `"1.1"` (as negotiated by ALPN).
+    public var httpVersion: String
+
+    public init(status: Int, headers: [String: String], body: [UInt8], httpVersion: String) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.httpVersion = httpVersion
+    }
+}
+
+/// Settings of an `HTTPClient`.
+public struct HTTPClientConfiguration: Sendable {
+    /// Requests in flight at once; more wait in the client's queue.
+    public var maxInFlight: Int
+    public var connectTimeout: Duration
+    public var requestTimeout: Duration
+    /// Extra PEM certificates to trust *in addition to* the system's. Verification is always on.
+    public var caFile: String?
+    /// HTTP/2 streams per connection before another connection is opened (FCM allows about 100).
+    public var maxStreamsPerConnection: Int
+
+    public init(maxInFlight: Int = 100, connectTimeout: Duration = .seconds(10), requestTimeout: Duration = .seconds(30),
+                caFile: String? = nil, maxStreamsPerConnection: Int = 100) {
+        self.maxInFlight = maxInFlight
+        self.connectTimeout = connectTimeout
+        self.requestTimeout = requestTimeout
+        self.caFile = caFile
+        self.maxStreamsPerConnection = maxStreamsPerConnection
+    }
+}
+
+/// A transport failure (no HTTP status was received).
+public struct HTTPError: Error, Sendable, CustomStringConvertible {
+    /// Coarse kind of failure.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        public var description: String { name }
+
+        /// Certificate not trusted, hostname mismatch, handshake failure.
+        public static let tls = Code("tls")
+        /// Could not resolve or connect.
+        public static let connect = Code("connect")
+        public static let timeout = Code("timeout")
+        /// Anything else on the wire (reset, protocol error).
+        public static let transport = Code("transport")
+        /// The client was shut down.
+        public static let shutdown = Code("shutdown")
+        /// The request itself is unusable (bad URL, bad configuration).
+        public static let invalidRequest = Code("invalidRequest")
+    }
+
+    public var code: Code
+    /// libcurl's explanation (never includes request headers or body).
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+}
