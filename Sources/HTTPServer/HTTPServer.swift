@@ -1,0 +1,171 @@
+import CMicroHTTPD
+import Foundation
+
+/// An HTTP/1.1 server over libmicrohttpd (the only importer of it): thread per connection,
+/// optional TLS. Used by the health endpoint, the FCM emulator and the test fakes.
+public final class HTTPServer: @unchecked Sendable {
+    /// The handler runs on libmicrohttpd's threads and may block (it has its own thread).
+    public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
+
+    private let lock = NSLock()
+    private var daemon: OpaquePointer?
+    private var accepted = 0
+    fileprivate let handler: Handler
+    /// Keeps PEM strings alive as long as the daemon might read them.
+    private let tlsStrings: (key: UnsafeMutablePointer<CChar>, cert: UnsafeMutablePointer<CChar>)?
+    /// The bound port.
+    public private(set) var port: UInt16 = 0
+    public let host: String
+
+    /// Starts listening at once; port 0 picks a free port.
+    public init(host: String = "127.0.0.1", port: UInt16 = 0, tls: TLSIdentity? = nil, handler: @escaping Handler) throws(HTTPServerError) {
+        self.handler = handler
+        self.host = host
+        if let tls {
+            guard mw_mhd_tls_supported() != 0 else { throw HTTPServerError("libmicrohttpd was built without TLS support") }
+            tlsStrings = (strdup(tls.privateKeyPEM), strdup(tls.certificatePEM))
+        } else {
+            tlsStrings = nil
+        }
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        let strings = tlsStrings
+        let isV6 = host.contains(":")
+        var started: OpaquePointer?
+        if isV6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_port = port.bigEndian
+            guard inet_pton(AF_INET6, host, &address.sin6_addr) == 1 else {
+                Self.free(tlsStrings)
+                throw HTTPServerError("\(host) is not an IPv6 address")
+            }
+            started = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    mw_mhd_start(mw_mhd_flags_threaded(1), $0, accessHandler, context, requestCompleted, nil,
+                                 connectionNotified, context, strings?.key, strings?.cert)
+                }
+            }
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            let resolved = host == "localhost" ? "127.0.0.1" : host
+            guard inet_pton(AF_INET, resolved, &address.sin_addr) == 1 else {
+                Self.free(tlsStrings)
+                throw HTTPServerError("\(host) is not an IPv4 address")
+            }
+            started = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    mw_mhd_start(mw_mhd_flags_threaded(0), $0, accessHandler, context, requestCompleted, nil,
+                                 connectionNotified, context, strings?.key, strings?.cert)
+                }
+            }
+        }
+        guard let started else {
+            Self.free(tlsStrings)
+            throw HTTPServerError("cannot listen on \(isV6 ? "[\(host)]" : host):\(port) (address in use, or the TLS identity is invalid)")
+        }
+        daemon = started
+        self.port = mw_mhd_port(started)
+    }
+
+    deinit {
+        stop()
+        Self.free(tlsStrings)
+    }
+
+    /// TCP connections accepted so far.
+    public var connectionsAccepted: Int { lock.withLock { accepted } }
+
+    /// Stops listening and closes connections; idempotent.
+    public func stop() {
+        let running = lock.withLock { () -> OpaquePointer? in
+            defer { daemon = nil }
+            return daemon
+        }
+        if let running { MHD_stop_daemon(running) }
+    }
+
+    fileprivate func noteConnection() { lock.withLock { accepted += 1 } }
+
+    private static func free(_ strings: (key: UnsafeMutablePointer<CChar>, cert: UnsafeMutablePointer<CChar>)?) {
+        guard let strings else { return }
+        Foundation.free(strings.key)
+        Foundation.free(strings.cert)
+    }
+}
+
+/// Per-request state kept in libmicrohttpd's `con_cls` between access-handler calls.
+private final class PendingRequest {
+    var body: [UInt8] = []
+}
+
+private func server(_ cls: UnsafeMutableRawPointer?) -> HTTPServer {
+    Unmanaged<HTTPServer>.fromOpaque(cls!).takeUnretainedValue()
+}
+
+/// MHD_AccessHandlerCallback: called first with no data, then with body chunks, then once with none left.
+private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
+                           _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
+                           _ uploadSize: UnsafeMutablePointer<Int>?, _ state: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
+    guard let state, let connection else { return mw_mhd_no() }
+    guard let existing = state.pointee else {
+        state.pointee = Unmanaged.passRetained(PendingRequest()).toOpaque()
+        return mw_mhd_yes()
+    }
+    let pending = Unmanaged<PendingRequest>.fromOpaque(existing).takeUnretainedValue()
+    if let uploadSize, uploadSize.pointee > 0 {
+        if let uploadData {
+            uploadData.withMemoryRebound(to: UInt8.self, capacity: uploadSize.pointee) {
+                pending.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: uploadSize.pointee))
+            }
+        }
+        uploadSize.pointee = 0
+        return mw_mhd_yes()
+    }
+    let request = HTTPServerRequest(method: method.map { String(cString: $0) } ?? "GET",
+                                    path: url.map { String(cString: $0) } ?? "/",
+                                    query: values(connection, mw_mhd_query_kind(), lowercase: false),
+                                    headers: values(connection, mw_mhd_header_kind(), lowercase: true),
+                                    body: pending.body)
+    let response = server(cls).handler(request)
+    let names = response.headers.keys.map { strdup($0) }
+    let headerValues = response.headers.keys.map { strdup(response.headers[$0]!) }
+    defer { names.forEach { free($0) }; headerValues.forEach { free($0) } }
+    let constNames = names.map { UnsafePointer($0) }
+    let constValues = headerValues.map { UnsafePointer($0) }
+    return response.body.withUnsafeBytes { body in
+        mw_mhd_respond(connection, UInt32(response.status), body.baseAddress, body.count, constNames, constValues, constNames.count)
+    }
+}
+
+/// Collects header or query values of a connection.
+private func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind, lowercase: Bool) -> [String: String] {
+    final class Box { var values: [String: String] = [:]; var lowercase = false }
+    let box = Box()
+    box.lowercase = lowercase
+    let pointer = Unmanaged.passUnretained(box).toOpaque()
+    _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
+        let box = Unmanaged<Box>.fromOpaque(cls!).takeUnretainedValue()
+        if let key {
+            let name = String(cString: key)
+            box.values[box.lowercase ? name.lowercased() : name] = value.map { String(cString: $0) } ?? ""
+        }
+        return mw_mhd_yes()
+    }, pointer)
+    return withExtendedLifetime(box) { box.values }
+}
+
+/// MHD_RequestCompletedCallback: frees the per-request state.
+private func requestCompleted(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                              _ state: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_RequestTerminationCode) {
+    guard let state, let existing = state.pointee else { return }
+    Unmanaged<PendingRequest>.fromOpaque(existing).release()
+    state.pointee = nil
+}
+
+/// MHD_NotifyConnectionCallback: counts accepted connections.
+private func connectionNotified(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                                _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_ConnectionNotificationCode) {
+    if mw_mhd_is_connection_started(code) != 0 { server(cls).noteConnection() }
+}

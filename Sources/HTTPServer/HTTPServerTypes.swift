@@ -1,0 +1,60 @@
+/// A request as the server's handler sees it (body complete).
+public struct HTTPServerRequest: Sendable {
+    public var method: String
+    /// The URL path without the query string.
+    public var path: String
+    public var query: [String: String]
+    /// Header names lower-cased.
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// The handler's answer.
+public struct HTTPServerResponse: Sendable {
+    public var status: Int
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    /// A JSON answer (`Content-Type: application/json`).
+    public static func json(_ status: Int, _ text: String, headers: [String: String] = [:]) -> HTTPServerResponse {
+        HTTPServerResponse(status: status, headers: headers.merging(["Content-Type": "application/json"]) { old, _ in old },
+                           body: Array(text.utf8))
+    }
+
+    /// A text answer.
+    public static func text(_ status: Int, _ text: String, contentType: String = "text/plain; charset=utf-8") -> HTTPServerResponse {
+        HTTPServerResponse(status: status, headers: ["Content-Type": contentType], body: Array(text.utf8))
+    }
+}
+
+/// A certificate chain and key for TLS, PEM.
+public struct TLSIdentity: Sendable {
+    public var certificatePEM: String
+    public var privateKeyPEM: String
+
+    public init(certificatePEM: String, privateKeyPEM: String) {
+        self.certificatePEM = certificatePEM
+        self.privateKeyPEM = privateKeyPEM
+    }
+}
+
+/// The server could not start.
+public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
