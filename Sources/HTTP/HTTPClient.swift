@@ -38,8 +38,10 @@ public final class HTTPClient: @unchecked Sendable {
         self.multi = multi
         _ = mw_multi_setopt_long(multi, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
         _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maxStreamsPerConnection)
-        let connections = max(1, (configuration.maxInFlight + configuration.maxStreamsPerConnection - 1) / configuration.maxStreamsPerConnection)
-        _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, connections)
+        // PIPEWAIT makes transfers wait for the first connection's ALPN: on HTTP/2 they multiplex
+        // (a new connection only past MAX_CONCURRENT_STREAMS); on HTTP/1.1 they may use up to
+        // maxInFlight connections instead of queueing behind one.
+        _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
         let thread = Thread { [self] in drive(); finished.signal() }
         thread.name = "http-multi"
         thread.start()

@@ -1,1 +1,52 @@
 import FCMEmulator
+import Foundation
+import HTTPServer
+
+// fcm-emulator: a loopback FCM HTTP v1 + Google OAuth stand-in for the demo, fault suite and benchmark.
+//   fcm-emulator --public-key sa.pub [--cert server.pem --key server.key] [--host 127.0.0.1] [--port 0]
+//                [--latency-ms 0] [--no-record]
+// Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("fcm-emulator: \(message)\n".utf8))
+    exit(64)
+}
+
+var options: [String: String] = [:]
+var flags: Set<String> = []
+var arguments = CommandLine.arguments.dropFirst().makeIterator()
+while let argument = arguments.next() {
+    guard argument.hasPrefix("--") else { fail("unexpected argument \(argument)") }
+    if argument == "--no-record" { flags.insert(argument); continue }
+    guard let value = arguments.next() else { fail("\(argument) needs a value") }
+    options[argument] = value
+}
+func read(_ option: String, from options: [String: String]) -> String? {
+    guard let path = options[option] else { return nil }
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { fail("cannot read \(option) \(path)") }
+    return text
+}
+guard let publicKey = read("--public-key", from: options) else { fail("--public-key FILE is required (the service account's public key)") }
+var tls: TLSIdentity?
+if let cert = read("--cert", from: options), let key = read("--key", from: options) { tls = TLSIdentity(certificatePEM: cert, privateKeyPEM: key) }
+var configuration = FCMEmulator.Configuration(assertionPublicKeyPEM: publicKey, tls: tls)
+configuration.host = options["--host"] ?? "127.0.0.1"
+configuration.port = UInt16(options["--port"] ?? "0") ?? 0
+configuration.latency = .milliseconds(Int(options["--latency-ms"] ?? "0") ?? 0)
+configuration.recordMessages = !flags.contains("--no-record")
+let emulator: FCMEmulator
+do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }
+print("fcm-emulator listening on \(emulator.baseURL) (token endpoint \(emulator.tokenURI))")
+fflush(nil)
+signal(SIGTERM, SIG_IGN)
+signal(SIGINT, SIG_IGN)
+let stop = DispatchSemaphore(value: 0)
+let sources = [SIGTERM, SIGINT].map { number -> DispatchSourceSignal in
+    let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+    source.setEventHandler { stop.signal() }
+    source.resume()
+    return source
+}
+stop.wait()
+emulator.stop()
+withExtendedLifetime(sources) {}

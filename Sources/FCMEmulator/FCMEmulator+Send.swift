@@ -1,0 +1,112 @@
+import Foundation
+import HTTPServer
+
+extension FCMEmulator {
+    /// `POST /v1/projects/{p}/messages:send`: auth, FCM-like validation, then the answer the token's prefix asks for.
+    func send(_ request: HTTPServerRequest, project: String) -> HTTPServerResponse {
+        guard isAuthorized(request) else {
+            count("unauthenticated")
+            return Self.googleError(401, "UNAUTHENTICATED",
+                                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
+                                    errorCode: nil)
+        }
+        guard let root = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
+              let message = root["message"] as? [String: Any] else {
+            count("bad_request")
+            return Self.badRequest("message", "Invalid JSON payload received.")
+        }
+        guard let token = message["token"] as? String, !token.isEmpty else {
+            count("bad_request")
+            return Self.badRequest("message.token", "Recipient of the message is not set.")
+        }
+        if let data = message["data"] {
+            guard let fields = data as? [String: Any] else {
+                count("bad_request")
+                return Self.badRequest("message.data", "Invalid value at 'message.data': expected a map of strings")
+            }
+            for (key, value) in fields where !(value is String) {
+                count("bad_request")
+                return Self.badRequest("message.data[\(key)].value", "Invalid value at 'message.data[\(key)].value' (TYPE_STRING)")
+            }
+        }
+        if let apns = message["apns"] as? [String: Any], let headers = apns["headers"] as? [String: Any],
+           let collapse = headers["apns-collapse-id"] as? String, collapse.utf8.count > 64 {
+            count("bad_request")
+            return Self.badRequest("message.apns.headers", "apns-collapse-id must not exceed 64 bytes")
+        }
+
+        let scripted = lock.withLock { () -> Int? in
+            guard let entry = scriptedFailures[token], entry.count > 0 else { return nil }
+            scriptedFailures[token] = (entry.count - 1, entry.status)
+            return entry.status
+        }
+        if let status = scripted {
+            count("scripted_\(status)")
+            switch status {
+            case 429: return Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded.", errorCode: "QUOTA_EXCEEDED", retryAfter: "1")
+            case 500: return Self.googleError(500, "INTERNAL", "Internal error encountered.", errorCode: "INTERNAL")
+            default: return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE", retryAfter: "1")
+            }
+        }
+
+        let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
+            ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
+            ("mismatch-", { Self.googleError(403, "PERMISSION_DENIED", "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH") }),
+            ("invalid-", { Self.googleError(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
+                                             errorCode: "INVALID_ARGUMENT") }),
+            ("thirdparty-", { Self.googleError(401, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service",
+                                               errorCode: "THIRD_PARTY_AUTH_ERROR") }),
+            ("quotanoretry-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED") }),
+            ("quota-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED",
+                                          retryAfter: "30") }),
+            ("unavailabledate-", { Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
+                                                    retryAfter: Self.httpDate(Date().addingTimeInterval(45))) }),
+            ("unavailable-", { Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
+                                                retryAfter: "30") }),
+            ("internal-", { Self.googleError(500, "INTERNAL", "Internal error encountered.", errorCode: "INTERNAL") }),
+        ]
+        for answer in answers where token.hasPrefix(answer.prefix) {
+            count(String(answer.prefix.dropLast()))
+            return answer.respond()
+        }
+        let id = UInt64.random(in: 1_000_000_000_000...9_999_999_999_999)
+        if configuration.recordMessages {
+            let item = Received(projectId: project, json: String(decoding: request.body, as: UTF8.self), token: token, receivedAt: Date())
+            lock.withLock { received.append(item) }
+        }
+        count("success")
+        return .json(200, Self.serialize(["name": "projects/\(project)/messages/0:\(id)%emulated"]))
+    }
+
+    /// Google's error JSON (`error.code/message/status/details[]`), with an FcmError detail when given.
+    static func googleError(_ code: Int, _ status: String, _ message: String, errorCode: String?, retryAfter: String? = nil) -> HTTPServerResponse {
+        var error: [String: Any] = ["code": code, "message": message, "status": status]
+        if let errorCode {
+            error["details"] = [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode]]
+        }
+        var headers = ["Content-Type": "application/json; charset=UTF-8"]
+        if let retryAfter { headers["Retry-After"] = retryAfter }
+        return HTTPServerResponse(status: code, headers: headers, body: Array(serialize(["error": error]).utf8))
+    }
+
+    /// 400 INVALID_ARGUMENT with a google.rpc.BadRequest detail naming the field (a payload bug).
+    static func badRequest(_ field: String, _ description: String) -> HTTPServerResponse {
+        let error: [String: Any] = [
+            "code": 400, "message": description, "status": "INVALID_ARGUMENT",
+            "details": [
+                ["@type": "type.googleapis.com/google.rpc.BadRequest",
+                 "fieldViolations": [["field": field, "description": description]]],
+            ],
+        ]
+        return HTTPServerResponse(status: 400, headers: ["Content-Type": "application/json; charset=UTF-8"],
+                                  body: Array(serialize(["error": error]).utf8))
+    }
+
+    static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+}

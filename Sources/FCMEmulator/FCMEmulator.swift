@@ -1,0 +1,122 @@
+import Crypto
+import Foundation
+import HTTPServer
+
+/// A loopback stand-in for FCM HTTP v1 and Google's OAuth token endpoint, speaking their wire
+/// format: RS256 assertion checks, bearer tokens, FCM-style validation, and every error of
+/// SPEC §3's table selected by the device token's prefix. Written independently of the FCM
+/// module (its own JSON handling), so tests of the client prove something.
+public final class FCMEmulator: @unchecked Sendable {
+    /// Emulator settings.
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        public var port: UInt16 = 0
+        /// nil serves plain HTTP (only for tools; tests use TLS).
+        public var tls: TLSIdentity?
+        /// The service account's public key: assertions must verify against it.
+        public var assertionPublicKeyPEM: String
+        /// Expected `iss` of assertions (nil = any).
+        public var clientEmail: String?
+        /// `expires_in` of issued access tokens.
+        public var tokenLifetime = 3600
+        /// Added to every send, to emulate a slow FCM.
+        public var latency: Duration = .zero
+        /// Keep every accepted message body (tests); off for long benchmarks.
+        public var recordMessages = true
+
+        public init(assertionPublicKeyPEM: String, tls: TLSIdentity?) {
+            self.assertionPublicKeyPEM = assertionPublicKeyPEM
+            self.tls = tls
+        }
+    }
+
+    /// A message FCM accepted.
+    public struct Received: Sendable {
+        public var projectId: String
+        /// The request body as sent.
+        public var json: String
+        public var token: String
+        public var receivedAt: Date
+    }
+
+    /// Counters reported on `/stats`.
+    public struct Stats: Sendable, Equatable {
+        public var tokensIssued = 0
+        public var assertionsRefused = 0
+        public var sendsByOutcome: [String: Int] = [:]
+        public var connections = 0
+    }
+
+    let configuration: Configuration
+    let publicKey: PublicKey
+    let lock = NSLock()
+    private var server: HTTPServer!
+    var issued: [String: Date] = [:]
+    var received: [Received] = []
+    var counters = Stats()
+    var scriptedFailures: [String: (count: Int, status: Int)] = [:]
+
+    /// Starts serving at once.
+    public init(configuration: Configuration) throws {
+        self.configuration = configuration
+        publicKey = try PublicKey(pem: configuration.assertionPublicKeyPEM)
+        server = try HTTPServer(host: configuration.host, port: configuration.port, tls: configuration.tls) { [unowned self] request in
+            self.handle(request)
+        }
+    }
+
+    deinit { server?.stop() }
+
+    /// `https://127.0.0.1:PORT` (the FCM_BASE_URL to configure).
+    public var baseURL: String { "\(configuration.tls == nil ? "http" : "https")://\(configuration.host):\(server.port)" }
+    /// The token endpoint to put in the service account's `token_uri`.
+    public var tokenURI: String { baseURL + "/token" }
+    public var port: UInt16 { server.port }
+
+    /// Every accepted message, in arrival order.
+    public var receivedMessages: [Received] { lock.withLock { received } }
+
+    public var stats: Stats {
+        var snapshot = lock.withLock { counters }
+        snapshot.connections = server.connectionsAccepted
+        return snapshot
+    }
+
+    /// Makes the next `count` sends to `token` fail with `status` (429, 500 or 503), then succeed.
+    public func failNext(token: String, count: Int, status: Int = 503) {
+        lock.withLock { scriptedFailures[token] = (count, status) }
+    }
+
+    /// Revokes every issued access token (the next send with one gets 401 UNAUTHENTICATED).
+    public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
+
+    public func stop() { server.stop() }
+
+    func handle(_ request: HTTPServerRequest) -> HTTPServerResponse {
+        switch (request.method, request.path) {
+        case ("POST", "/token"):
+            return issueToken(request)
+        case ("GET", "/stats"):
+            let stats = self.stats
+            let object: [String: Any] = ["tokensIssued": stats.tokensIssued, "assertionsRefused": stats.assertionsRefused,
+                                         "sends": stats.sendsByOutcome, "connections": stats.connections]
+            return .json(200, Self.serialize(object))
+        case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
+            let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
+            if configuration.latency > .zero {
+                Thread.sleep(forTimeInterval: Double(configuration.latency.components.seconds)
+                             + Double(configuration.latency.components.attoseconds) / 1e18)
+            }
+            return send(request, project: project)
+        default:
+            return Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: nil)
+        }
+    }
+
+    static func serialize(_ object: Any) -> String {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    func count(_ outcome: String) { lock.withLock { counters.sendsByOutcome[outcome, default: 0] += 1 } }
+}

@@ -1,0 +1,96 @@
+import FCM
+import Foundation
+import Testing
+
+@Suite("FCM error table")
+struct FCMResponseClassifierTests {
+    static func body(_ code: Int, _ status: String, fcm: String? = nil, badRequest: String? = nil) -> [UInt8] {
+        var details: [String] = []
+        if let fcm { details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(fcm)"}"#) }
+        if let badRequest {
+            details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(badRequest)","description":"bad"}]}"#)
+        }
+        return Array(#"{"error":{"code":\#(code),"message":"m","status":"\#(status)","details":[\#(details.joined(separator: ","))]}}"#.utf8)
+    }
+
+    func classify(_ status: Int, _ body: [UInt8], headers: [String: String] = [:]) -> FCMResponseClassifier.Result {
+        FCMResponseClassifier.classify(status: status, headers: headers, body: body, now: Date(timeIntervalSince1970: 1_700_000_000))
+    }
+
+    @Test func success_keepsFCMsMessageName() {
+        #expect(classify(200, Array(#"{"name":"projects/p/messages/0:1"}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/0:1")))
+    }
+
+    @Test func deadTokens_areTokenInvalid() {
+        #expect(classify(404, Self.body(404, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+        #expect(classify(404, Array("not json".utf8)) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+        #expect(classify(403, Self.body(403, "PERMISSION_DENIED", fcm: "SENDER_ID_MISMATCH")) == .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")))
+        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT")) == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+    }
+
+    @Test func invalidArgument_withBadRequestDetailIsAPayloadBugNotADeadToken() {
+        let outcome = classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.data[0].value"))
+        guard case .outcome(.permanentFailure(let reason)) = outcome else {
+            Issue.record("expected a permanent failure, got \(outcome)")
+            return
+        }
+        #expect(reason.contains("message.data[0].value"))
+    }
+
+    @Test func operatorProblems_arePermanentFailures() {
+        #expect(classify(401, Self.body(401, "UNAUTHENTICATED", fcm: "THIRD_PARTY_AUTH_ERROR")) == .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")))
+        #expect(classify(403, Self.body(403, "PERMISSION_DENIED")) == .outcome(.permanentFailure(reason: "PERMISSION_DENIED")))
+    }
+
+    @Test func unauthenticatedWithoutDetail_asksForATokenRefresh() {
+        #expect(classify(401, Self.body(401, "UNAUTHENTICATED")) == .unauthenticated)
+    }
+
+    @Test func transientErrors_retryHonouringRetryAfter() {
+        #expect(classify(503, Self.body(503, "UNAVAILABLE", fcm: "UNAVAILABLE"), headers: ["retry-after": "30"])
+                == .outcome(.retry(reason: "UNAVAILABLE", after: .seconds(30), minimumBackoff: nil)))
+        #expect(classify(500, Self.body(500, "INTERNAL", fcm: "INTERNAL")) == .outcome(.retry(reason: "INTERNAL", after: nil, minimumBackoff: nil)))
+        #expect(classify(502, Array("<html>bad gateway</html>".utf8)) == .outcome(.retry(reason: "HTTP 502", after: nil, minimumBackoff: nil)))
+    }
+
+    @Test func quotaExceeded_retryAfterWhenGivenElseAtLeastSixtySeconds() {
+        #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"), headers: ["retry-after": "7"])
+                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: .seconds(7), minimumBackoff: nil)))
+        #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"))
+                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+    }
+
+    @Test func retryAfter_parsesSecondsAndHTTPDate() {
+        let now = Date(timeIntervalSince1970: 1_445_412_480)  // Wed, 21 Oct 2015 07:28:00 GMT
+        #expect(FCMResponseClassifier.parseRetryAfter("120", now: now) == .seconds(120))
+        #expect(FCMResponseClassifier.parseRetryAfter("Wed, 21 Oct 2015 07:29:30 GMT", now: now) == .seconds(90))
+        #expect(FCMResponseClassifier.parseRetryAfter("Wed, 21 Oct 2015 07:00:00 GMT", now: now) == .zero)
+        #expect(FCMResponseClassifier.parseRetryAfter("soon", now: now) == nil)
+    }
+
+    @Test func message_matchesTheSpecExactly() throws {
+        let push = DoseTakenPush(token: "tok", eventKey: "doseTaken:g1", patientId: "p1", displayName: "山田花子", date: "2026-02-11",
+                                 slot: "morning", recordingGroupId: nil, withinTime: true)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: push))) as? [String: Any])
+        let message = try #require(json["message"] as? [String: Any])
+        #expect(message["token"] as? String == "tok")
+        #expect(message["notification"] as? [String: String] == ["title": "服薬記録", "body": "山田花子さんが時間内に薬を服用しました"])
+        #expect(message["data"] as? [String: String] == ["type": "DOSE_TAKEN", "patientId": "p1", "date": "2026-02-11",
+                                                         "slot": "morning", "recordingGroupId": ""])
+        let apns = try #require(message["apns"] as? [String: Any])
+        #expect(apns["headers"] as? [String: String] == ["apns-collapse-id": "doseTaken:g1"])
+        #expect((apns["payload"] as? [String: Any])?["aps"] as? [String: String] == ["sound": "default", "thread-id": "patient-p1"])
+        #expect(FCMMessage.body(displayName: "太郎", withinTime: false) == "太郎さんが薬を服用しました")
+        let long = FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100))
+        #expect(long.utf8.count <= 64)
+        #expect(long == FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100)))
+    }
+
+    @Test func serviceAccount_malformedFileNamesTheField() {
+        let error = #expect(throws: FCMError.self) {
+            _ = try ServiceAccount.parse(Data(#"{"type":"service_account","project_id":"p","token_uri":"https://x/token"}"#.utf8), source: "/etc/sa.json")
+        }
+        #expect(error?.message.contains("/etc/sa.json") == true)
+        #expect(error?.message.contains("client_email") == true)
+    }
+}
