@@ -116,6 +116,7 @@ extension OutboxWorker {
         let collector = OutcomeCollector()
         let sender = self.sender
         let inFlight = self.inFlight
+        let onProgress = self.onProgress
         let sending = Task {
             await withTaskGroup(of: Void.self) { group in
                 for (delivery, push) in pushes {
@@ -125,6 +126,7 @@ extension OutboxWorker {
                         let outcome = await sender.send(push)
                         inFlight.release()
                         collector.add(delivery, outcome)
+                        onProgress()
                     }
                 }
             }

@@ -1,8 +1,14 @@
+import FCM
 import Foundation
 import Logging
+import Metrics
+import Outbox
+import Postgres
+import Schema
 import WorkerConfig
 
-/// `medication-worker run`: wires configuration, database, FCM, health and the loops.
+/// `medication-worker run`: wires configuration, database, FCM, health and the loops, and
+/// turns SIGTERM/SIGINT into a graceful stop.
 enum Daemon {
     /// Loads and fully validates the configuration, including credential files.
     static func loadConfiguration(environment: [String: String]) throws(ConfigurationError) -> Configuration {
@@ -14,7 +20,137 @@ enum Daemon {
         do { configuration = try loadConfiguration(environment: environment) } catch {
             return WorkerApp.configurationFailed(error)
         }
-        _ = configuration
+        let logger = Logger(label: "medication-worker", logLevel: configuration.logLevel, sink: DaemonParts.logSink())
+        let parts: DaemonParts
+        do {
+            parts = try DaemonParts.make(configuration: configuration, logger: logger)
+        } catch let error as ConfigurationError {
+            return WorkerApp.configurationFailed(error)
+        } catch {
+            logger.critical("cannot start", metadata: ["error": "\(error)"])
+            return WorkerApp.ExitStatus.failure
+        }
+        return await Supervisor(configuration: configuration, parts: parts, logger: logger).run()
+    }
+}
+
+/// Runs the loops until SIGTERM/SIGINT, then stops them within SHUTDOWN_TIMEOUT.
+struct Supervisor {
+    let configuration: Configuration
+    let parts: DaemonParts
+    let logger: Logger
+
+    func run() async -> Int32 {
+        let stop = StopSignal()
+        let wake = WakeSignal()
+        // Two lanes, each with at most one statement in flight, plus headroom for the listener's peers.
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 4)
+        let liveness = parts.liveness
+        liveness.beat("outbox")
+        liveness.beat("status")
+        let signals = SignalWatcher { name in
+            logger.notice("stopping", metadata: ["signal": name])
+            parts.notify("STOPPING=1")
+            // Leave a margin inside SHUTDOWN_TIMEOUT to write results and release leases.
+            stop.request(grace: configuration.shutdownTimeout * 0.7)
+            wake.wake()
+        }
+        defer { withExtendedLifetime(signals) {} }
+
+        // READY=1 only once the database answers with the current schema.
+        guard await waitForDatabase(database, stop: stop) else {
+            logger.notice("stopped before the database became available")
+            return WorkerApp.ExitStatus.ok
+        }
+
+        let listener = PostgresListener(conninfo: configuration.databaseURL, channel: Migrations.notifyChannel,
+                                        onWake: { wake.wake() },
+                                        onError: { error in logger.warning("LISTEN connection lost; reconnecting",
+                                                                           metadata: ["error": "\(error)"]) })
+        listener.start()
+        defer { listener.stop() }
+
+        var workerConfiguration = OutboxWorkerConfiguration()
+        workerConfiguration.batchSize = configuration.batchSize
+        workerConfiguration.maxInFlight = configuration.maxInFlight
+        workerConfiguration.pollInterval = configuration.pollInterval
+        workerConfiguration.lease = configuration.leaseDuration
+        workerConfiguration.maxAttempts = configuration.maxAttempts
+        workerConfiguration.eventMaxAge = configuration.eventMaxAge
+        let worker = OutboxWorker(client: database, sender: parts.sender, configuration: workerConfiguration,
+                                  logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: wake, stop: stop,
+                                  onProgress: { liveness.beat("outbox") })
+        let pruner = Pruner(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1),
+                            configuration: .init(outboxRetention: configuration.outboxRetention,
+                                                 deliveryRetention: configuration.deliveryRetention),
+                            logger: logger.child(label: "retention"), metrics: parts.metrics)
+        let gauges = QueueGauges(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1), metrics: parts.metrics)
+
+        parts.notify("READY=1")
+        logger.notice("medication-worker ready", metadata: [
+            "version": WorkerApp.version, "health.addr": "\(configuration.healthHost):\(configuration.healthPort)",
+            "app_store": configuration.appStore == nil ? "disabled" : "enabled",
+        ])
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await worker.run() }
+            group.addTask { await pruner.run(stop: stop, wake: wake) }
+            group.addTask { await parts.runExtraLoops(stop: stop, wake: wake) }
+            group.addTask { await parts.runWatchdog(stop: stop, wake: wake, logger: logger) }
+            group.addTask {
+                await Self.refreshStatus(gauges: gauges, parts: parts, stop: stop, wake: wake, logger: logger)
+            }
+            await group.waitForAll()
+        }
+        parts.sender.shutdown()
+        parts.healthServer.stop()
+        logger.notice("medication-worker stopped")
         return WorkerApp.ExitStatus.ok
+    }
+
+    /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.
+    private func waitForDatabase(_ database: PostgresClient, stop: StopSignal) async -> Bool {
+        var attempt = 0
+        while !stop.isRequested {
+            do {
+                let version = try await database.withConnection { try Migrator.currentVersion($0) }
+                let expected = Migrations.all.last?.version ?? 0
+                if let version, version >= expected {
+                    parts.setCheck("database", "ok")
+                    return true
+                }
+                let problem = "schema version \(version.map(String.init) ?? "none"), expected \(expected): run `medication-worker migrate`"
+                parts.setCheck("database", "down: \(problem)")
+                if attempt % 30 == 0 { logger.error("database is not migrated", metadata: ["error": problem]) }
+            } catch {
+                parts.setCheck("database", "down: \(error)")
+                if attempt % 30 == 0 { logger.warning("database unavailable; retrying", metadata: ["error": "\(error)"]) }
+            }
+            attempt += 1
+            parts.notify("STATUS=waiting for the database")
+            try? await Task.sleep(for: .seconds(1))
+        }
+        return false
+    }
+
+    /// Every few seconds: queue gauges, readiness of the database, and the systemd STATUS= line.
+    static func refreshStatus(gauges: QueueGauges, parts: DaemonParts, stop: StopSignal, wake: WakeSignal, logger: Logger) async {
+        var failures = 0
+        while !stop.isRequested {
+            do {
+                let status = try await gauges.refresh()
+                parts.setCheck("database", "ok")
+                failures = 0
+                let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
+                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events["PENDING"] ?? 0), dead \(status.events["DEAD"] ?? 0)")
+            } catch {
+                failures += 1
+                parts.setCheck("database", "down: \(error)")
+                parts.notify("STATUS=database unavailable: retrying")
+                if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
+            }
+            parts.liveness.beat("status")
+            await wake.wait(after: wake.current, timeout: .seconds(5))
+        }
     }
 }

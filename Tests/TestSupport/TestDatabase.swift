@@ -42,45 +42,17 @@ public enum TestDatabase {
 
     /// Creates the web API's tables as its Prisma schema does (SPEC §2.1).
     public static func createAPITables(_ connection: PostgresConnection) throws {
+        guard apiTables.count >= 8 else { throw TestSupportError("sql/dev-api-schema.sql not found or incomplete") }
         for statement in apiTables { try connection.query(statement) }
     }
 
-    static let apiTables = [
-        """
-        CREATE TABLE "Patient" (id text PRIMARY KEY, "displayName" text NOT NULL,
-            "createdAt" timestamptz NOT NULL DEFAULT now(), "updatedAt" timestamptz NOT NULL DEFAULT now())
-        """,
-        """
-        CREATE TABLE "CaregiverPatientLink" (id text PRIMARY KEY, "caregiverId" text NOT NULL, "patientId" text NOT NULL,
-            status text NOT NULL, "createdAt" timestamptz NOT NULL DEFAULT now(), "updatedAt" timestamptz NOT NULL DEFAULT now())
-        """,
-        """
-        CREATE TABLE "PushDevice" (id text PRIMARY KEY, "ownerType" text NOT NULL, "ownerId" text NOT NULL, token text NOT NULL,
-            platform text NOT NULL DEFAULT 'ios', environment text NOT NULL DEFAULT 'PROD', "isEnabled" boolean NOT NULL DEFAULT true,
-            "lastSeenAt" timestamptz NOT NULL DEFAULT now(), "createdAt" timestamptz NOT NULL DEFAULT now(),
-            "updatedAt" timestamptz NOT NULL DEFAULT now())
-        """,
-        """
-        CREATE UNIQUE INDEX "PushDevice_ownerType_ownerId_token_key" ON "PushDevice" ("ownerType", "ownerId", token)
-        """,
-        """
-        CREATE TABLE "PushDelivery" (id text PRIMARY KEY, "eventKey" text NOT NULL,
-            "pushDeviceId" text NOT NULL REFERENCES "PushDevice"(id) ON DELETE CASCADE,
-            "createdAt" timestamptz NOT NULL DEFAULT now())
-        """,
-        """
-        CREATE UNIQUE INDEX "PushDelivery_eventKey_pushDeviceId_key" ON "PushDelivery" ("eventKey", "pushDeviceId")
-        """,
-        """
-        CREATE TABLE "CaregiverEntitlement" (id text PRIMARY KEY, "caregiverId" text NOT NULL, "productId" text NOT NULL,
-            "originalTransactionId" text NOT NULL, "transactionId" text NOT NULL, environment text NOT NULL, status text NOT NULL,
-            "purchasedAt" timestamptz NOT NULL, "createdAt" timestamptz NOT NULL DEFAULT now(),
-            "updatedAt" timestamptz NOT NULL DEFAULT now())
-        """,
-        """
-        CREATE UNIQUE INDEX "CaregiverEntitlement_originalTransactionId_key" ON "CaregiverEntitlement" ("originalTransactionId")
-        """,
-    ]
+    /// `sql/dev-api-schema.sql`, split into statements (the demo and benchmark use the same file).
+    static let apiTables: [String] = {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = (try? String(contentsOf: root.appendingPathComponent("sql/dev-api-schema.sql"), encoding: .utf8)) ?? ""
+        let withoutComments = text.split(separator: "\n").filter { !$0.hasPrefix("--") }.joined(separator: "\n")
+        return withoutComments.split(separator: ";").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+    }()
 
     private static func runAdmin(_ admin: String, _ sql: String) throws {
         let connection = try PostgresConnection(conninfo: admin)

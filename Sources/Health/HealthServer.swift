@@ -1,0 +1,70 @@
+import Foundation
+import HTTPServer
+import Metrics
+
+/// Readiness checks and liveness, shared between the daemon's loops and the endpoint.
+public final class HealthState: @unchecked Sendable {
+    private let lock = NSLock()
+    private var checks: [String: String] = [:]
+    private let stalled: @Sendable () -> [String]
+
+    /// `stalled` names loops that stopped making progress (from the daemon's heartbeats).
+    public init(stalled: @escaping @Sendable () -> [String] = { [] }) { self.stalled = stalled }
+
+    /// Sets a check to `ok`, `disabled` or `down: reason`.
+    public func set(_ name: String, _ state: String) { lock.withLock { checks[name] = state } }
+
+    public var snapshot: [String: String] { lock.withLock { checks } }
+
+    /// Ready when every check is `ok` or `disabled` (and there is at least one).
+    public var isReady: Bool {
+        let all = snapshot
+        return !all.isEmpty && all.values.allSatisfy { $0 == "ok" || $0 == "disabled" }
+    }
+
+    /// Loops that are stuck (empty = alive).
+    public var stalledLoops: [String] { stalled() }
+}
+
+/// `GET /healthz`, `/readyz`, `/metrics` on HEALTH_ADDR; everything else is 404.
+public final class HealthServer: Sendable {
+    private let server: HTTPServer
+
+    public init(host: String, port: UInt16, state: HealthState, metrics: MetricsRegistry) throws(HTTPServerError) {
+        server = try HTTPServer(host: host, port: port) { request in
+            HealthServer.route(request, state: state, metrics: metrics)
+        }
+    }
+
+    /// The bound port (useful with port 0).
+    public var port: UInt16 { server.port }
+
+    public func stop() { server.stop() }
+
+    static func route(_ request: HTTPServerRequest, state: HealthState, metrics: MetricsRegistry) -> HTTPServerResponse {
+        guard request.method == "GET" || request.method == "HEAD" else {
+            return .json(405, #"{"error":"method not allowed"}"#, headers: ["Allow": "GET"])
+        }
+        switch request.path {
+        case "/healthz":
+            // Alive while the loops make progress, even when the database is down: a restart would not help then.
+            let stalled = state.stalledLoops
+            if stalled.isEmpty { return .json(200, #"{"status":"ok"}"#) }
+            return .json(503, #"{"status":"stalled","loops":[\#(stalled.map { "\"\($0)\"" }.joined(separator: ","))]}"#)
+        case "/readyz":
+            let checks = state.snapshot
+            let body = checks.keys.sorted().map { "\(jsonString($0)):\(jsonString(checks[$0]!))" }.joined(separator: ",")
+            let ready = state.isReady
+            return .json(ready ? 200 : 503, #"{"status":"\#(ready ? "ready" : "not_ready")","checks":{\#(body)}}"#)
+        case "/metrics":
+            return .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        default:
+            return .json(404, #"{"error":"not found"}"#)
+        }
+    }
+
+    static func jsonString(_ value: String) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: [value], options: [.withoutEscapingSlashes])) ?? Data("[\"\"]".utf8)
+        return String(String(decoding: data, as: UTF8.self).dropFirst().dropLast())
+    }
+}

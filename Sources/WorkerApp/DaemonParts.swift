@@ -1,0 +1,109 @@
+import FCM
+import Foundation
+import HTTP
+import Health
+import Logging
+import Metrics
+import Outbox
+import Systemd
+import WorkerConfig
+
+/// The daemon's collaborators built from configuration before anything runs: metrics, the
+/// push sender, health state and endpoint, the systemd notifier, optional extra loops.
+final class DaemonParts: Sendable {
+    let metrics: MetricsRegistry
+    let sender: FCMSender
+    let liveness: Liveness
+    let health: HealthState
+    let healthServer: HealthServer
+    let notifier: SystemdNotifier
+    let extraLoops: @Sendable (StopSignal, WakeSignal) async -> Void
+
+    private init(metrics: MetricsRegistry, sender: FCMSender, liveness: Liveness, health: HealthState, healthServer: HealthServer,
+                 notifier: SystemdNotifier, extraLoops: @escaping @Sendable (StopSignal, WakeSignal) async -> Void) {
+        self.metrics = metrics
+        self.sender = sender
+        self.liveness = liveness
+        self.health = health
+        self.healthServer = healthServer
+        self.notifier = notifier
+        self.extraLoops = extraLoops
+    }
+
+    /// The log sink: journald when stderr is the journal, else key=value text.
+    static func logSink() -> any LogSink { LogSinks.automatic() }
+
+    /// Builds every part. A malformed credential file is a `ConfigurationError` (exit 78).
+    static func make(configuration: Configuration, logger: Logger) throws -> DaemonParts {
+        let metrics = MetricsRegistry()
+        ProcessMetrics.register(in: metrics)
+        let account: ServiceAccount
+        do { account = try ServiceAccount.load(path: configuration.fcmServiceAccountFile) } catch {
+            throw ConfigurationError("FCM_SERVICE_ACCOUNT_FILE", error.message)
+        }
+        let http = HTTPClientConfiguration(maxInFlight: configuration.maxInFlight, connectTimeout: .seconds(10),
+                                           requestTimeout: .seconds(15), caFile: configuration.tlsCAFile)
+        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http),
+                                   logger: logger.child(label: "fcm"), metrics: metrics)
+        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
+
+        // A loop that makes no progress for this long counts as stuck: watchdog pings stop, /healthz says so.
+        let liveness = Liveness(stallAfter: .seconds(25))
+        let health = HealthState(stalled: { liveness.stalled() })
+        health.set("database", "down: not checked yet")
+        health.set("fcm_credentials", "ok")
+        health.set("app_store", appStore == nil ? "disabled" : "ok")
+        let healthServer: HealthServer
+        do {
+            healthServer = try HealthServer(host: configuration.healthHost, port: configuration.healthPort, state: health, metrics: metrics)
+        } catch {
+            throw DaemonStartError(message: "HEALTH_ADDR \(configuration.healthHost):\(configuration.healthPort): \(error)")
+        }
+        if appStore == nil {
+            logger.notice("App Store configuration absent: entitlement re-checks are off")
+        }
+        return DaemonParts(metrics: metrics, sender: sender, liveness: liveness, health: health, healthServer: healthServer,
+                           notifier: SystemdNotifier(), extraLoops: { stop, wake in await appStore?(stop, wake) })
+    }
+
+    /// Sends a systemd notification (READY=1, STATUS=…, STOPPING=1); no-op outside systemd.
+    func notify(_ state: String) { notifier.notify(state) }
+
+    /// Updates a readiness check (`database`, `fcm_credentials`, `app_store`).
+    func setCheck(_ name: String, _ state: String) { health.set(name, state) }
+
+    /// Loops beyond the pipeline (entitlement re-checks); returns when `stop` is requested.
+    func runExtraLoops(stop: StopSignal, wake: WakeSignal) async { await extraLoops(stop, wake) }
+
+    /// Pings the systemd watchdog at half its interval while every loop makes progress.
+    func runWatchdog(stop: StopSignal, wake: WakeSignal, logger: Logger) async {
+        guard let interval = notifier.watchdogInterval else { return }
+        var warned = false
+        while !stop.isRequested {
+            let stalled = liveness.stalled()
+            if stalled.isEmpty {
+                notify("WATCHDOG=1")
+                warned = false
+            } else if !warned {
+                logger.critical("loops stalled; withholding watchdog pings", metadata: ["stalled": stalled.joined(separator: ",")])
+                warned = true
+            }
+            await wake.wait(after: wake.current, timeout: interval / 2)
+        }
+    }
+}
+
+/// A runtime start failure (exit 1), e.g. the health address is in use.
+struct DaemonStartError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+/// Builds the entitlement loop when App Store settings are present.
+enum AppStoreWiring {
+    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry) throws
+        -> (@Sendable (StopSignal, WakeSignal) async -> Void)? {
+        guard configuration.appStore != nil else { return nil }
+        return nil
+    }
+}
