@@ -1,0 +1,133 @@
+# Shared helpers for scripts/demo, scripts/faults and bench/run: a throwaway PostgreSQL,
+# a throwaway PKI, the FCM emulator, and the worker, all on loopback. Source it; call stack_init first.
+# Everything lives under $STACK (a temp dir) and is torn down by stack_cleanup (trap it).
+
+stack_init() {
+  STACK="$(mktemp -d /tmp/mw-stack.XXXXXX)"
+  chmod 755 "$STACK"
+  PG_BINDIR="$(pg_config --bindir)"
+  [[ -x "$PG_BINDIR/initdb" ]] || PG_BINDIR="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  BUILD_CONFIG="${BUILD_CONFIG:-release}"
+  BIN="$(swift build -c "$BUILD_CONFIG" --show-bin-path)"
+  PIDS=()
+}
+
+stack_build() {
+  echo "building ($BUILD_CONFIG)..." >&2
+  swift build -c "$BUILD_CONFIG" --product medication-worker >&2
+  swift build -c "$BUILD_CONFIG" --product fcm-emulator >&2
+}
+
+as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# stack_start_pg [extra -c settings...]: unix socket only, in $STACK/pg.
+stack_start_pg() {
+  mkdir -p "$STACK/pg"
+  chown postgres "$STACK/pg" 2>/dev/null || true
+  as_postgres "$PG_BINDIR/initdb" -D "$STACK/pg/data" -U postgres -A trust -E UTF8 --no-locale >/dev/null
+  local opts="-k $STACK/pg -c listen_addresses='' -c max_connections=200"
+  for setting in "$@"; do opts+=" -c $setting"; done
+  as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -w -l "$STACK/pg/log" -o "$opts" start >/dev/null
+  PGCONN="host=$STACK/pg user=postgres dbname=postgres"
+  export DATABASE_URL="$PGCONN"
+}
+
+stack_restart_pg() {
+  as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -w -m fast restart >/dev/null
+}
+
+psqlc() { psql "$PGCONN" -v ON_ERROR_STOP=1 -qAtX "$@"; }
+
+# A CA, a server certificate for 127.0.0.1, and the service account's RSA key.
+stack_make_pki() {
+  local d="$STACK/pki"
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 -subj "/CN=mw test CA" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=localhost" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > "$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -out "$d/server.pem" \
+    -days 2 -extfile "$d/server.ext" 2>/dev/null
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$d/sa.key" 2>/dev/null
+  openssl pkey -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  chmod 644 "$d"/*
+}
+
+# stack_start_emulator [extra flags]: sets EMULATOR_URL.
+stack_start_emulator() {
+  "$BIN/fcm-emulator" --public-key "$STACK/pki/sa.pub" --cert "$STACK/pki/server.pem" --key "$STACK/pki/server.key" "$@" \
+    > "$STACK/emulator.out" 2>&1 &
+  EMULATOR_PID=$!
+  PIDS+=("$EMULATOR_PID")
+  for _ in $(seq 100); do grep -q "listening on" "$STACK/emulator.out" 2>/dev/null && break; sleep 0.05; done
+  EMULATOR_URL="$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$STACK/emulator.out")"
+  [[ -n "$EMULATOR_URL" ]] || { cat "$STACK/emulator.out"; return 1; }
+  stack_service_account "$EMULATOR_URL/token"
+}
+
+# stack_service_account TOKEN_URI: writes $STACK/sa.json.
+stack_service_account() {
+  python3 - "$STACK/pki/sa.key" "$1" > "$STACK/sa.json" <<'PY'
+import json, sys
+print(json.dumps({"type": "service_account", "project_id": "demo-project", "private_key_id": "k1",
+                  "private_key": open(sys.argv[1]).read(), "client_email": "worker@demo-project.iam.gserviceaccount.com",
+                  "token_uri": sys.argv[2]}))
+PY
+}
+
+stack_schema() {
+  psqlc -f sql/dev-api-schema.sql >/dev/null
+  "$BIN/medication-worker" migrate >/dev/null
+}
+
+# stack_seed PATIENTS DEVICES_PER_CAREGIVER [TOKEN_PREFIX]: one ACTIVE caregiver per patient.
+stack_seed() {
+  local patients=$1 devices=$2 prefix=${3:-tok}
+  psqlc <<SQL
+INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, '患者' || g FROM generate_series(1, $patients) g;
+INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status)
+  SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, $patients) g;
+INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
+  SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, '$prefix-' || g || '-' || k || '-' || md5(g::text || k::text), true, now() - interval '1 day'
+  FROM generate_series(1, $patients) g, generate_series(1, $devices) k;
+SQL
+}
+
+# stack_enqueue COUNT PATIENTS [GROUP_PREFIX]: COUNT events spread over the patients, each with its own group.
+stack_enqueue() {
+  local count=$1 patients=$2 group=${3:-grp}
+  psqlc -c "INSERT INTO \"PushOutbox\" (\"eventType\", \"patientId\", payload)
+    SELECT 'DOSE_TAKEN', 'p' || (1 + (g % $patients)), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
+      'recordingGroupId', '$group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
+    FROM generate_series(1, $count) g" >/dev/null
+}
+
+# Worker environment pointing at the emulator.
+stack_worker_env() {
+  export FCM_SERVICE_ACCOUNT_FILE="$STACK/sa.json" FCM_BASE_URL="$EMULATOR_URL" TLS_CA_FILE="$STACK/pki/ca.pem"
+  export HEALTH_ADDR="${HEALTH_ADDR:-127.0.0.1:0}" LOG_LEVEL="${LOG_LEVEL:-notice}"
+}
+
+# stack_start_worker NAME [env assignments...]: runs `medication-worker run` in the background; sets WORKER_PID.
+stack_start_worker() {
+  local name=$1; shift
+  env "$@" "$BIN/medication-worker" run > "$STACK/$name.log" 2>&1 &
+  WORKER_PID=$!
+  PIDS+=("$WORKER_PID")
+}
+
+# stack_wait_until SECONDS SQL: polls until the SQL prints "t".
+stack_wait_until() {
+  local deadline=$((SECONDS + $1))
+  while ((SECONDS < deadline)); do
+    [[ "$(psqlc -c "$2" 2>/dev/null)" == "t" ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+stack_cleanup() {
+  for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; done
+  wait 2>/dev/null || true
+  [[ -d "${STACK:-}/pg/data" ]] && as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -m immediate stop >/dev/null 2>&1
+  [[ -n "${KEEP_STACK:-}" ]] || rm -rf "$STACK"
+}
