@@ -1,0 +1,37 @@
+-- Least-privilege role for `medication-worker run` (and status/redrive). Run as the database owner
+-- AFTER `medication-worker migrate` (which runs as the owner, since it creates tables and triggers).
+--   psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f sql/roles.sql
+-- Then set a password (ALTER ROLE medication_worker PASSWORD '...') or use certificate auth, and
+-- point DATABASE_URL at this role.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'medication_worker') THEN
+        CREATE ROLE medication_worker LOGIN NOINHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION;
+    END IF;
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO medication_worker', current_database());
+END
+$$;
+
+GRANT USAGE ON SCHEMA public TO medication_worker;
+
+-- Read the patient's name and the caregiver links (never written).
+GRANT SELECT ON "Patient", "CaregiverPatientLink" TO medication_worker;
+-- Read tokens; disable dead ones ("isEnabled", "updatedAt").
+GRANT SELECT, UPDATE ON "PushDevice" TO medication_worker;
+-- Insert deliveries, record outcomes, prune old ones (retention).
+GRANT SELECT, INSERT, UPDATE, DELETE ON "PushDelivery" TO medication_worker;
+-- Re-check entitlements: status, "lastCheckedAt", "revokedAt", "revocationReason", "updatedAt".
+GRANT SELECT, UPDATE ON "CaregiverEntitlement" TO medication_worker;
+-- The outbox: claim, complete, redrive, prune. The API's role needs INSERT only.
+GRANT SELECT, UPDATE, DELETE ON "PushOutbox" TO medication_worker;
+-- The daemon checks the schema version before it reports ready.
+GRANT SELECT ON "_medication_worker_migrations" TO medication_worker;
+
+-- For the web API's role (adjust the name): enqueue only.
+-- GRANT INSERT ON "PushOutbox" TO api;
+-- GRANT USAGE ON SEQUENCE "PushOutbox_id_seq" TO api;
