@@ -50,7 +50,7 @@ let package = Package(
         .testTarget(name: "WorkerConfigTests", dependencies: ["WorkerConfig", "WorkerApp", "TestSupport"]),
         .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "Systemd", "Logging", "Metrics", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "OutboxTests", dependencies: ["Outbox", "FCM", "FCMEmulator", "WorkerApp", "Postgres", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -49,6 +49,14 @@ public struct LogEntry: Sendable {
     public var message: String
     public var metadata: LogMetadata
     public var date: Date
+
+    public init(label: String, level: LogLevel, message: String, metadata: LogMetadata, date: Date) {
+        self.label = label
+        self.level = level
+        self.message = message
+        self.metadata = metadata
+        self.date = date
+    }
 }
 
 /// Where entries go: stderr text, the journal, or a test's memory.

@@ -1,0 +1,170 @@
+import FCMEmulator
+import Foundation
+import HTTP
+import HTTPServer
+import Postgres
+import Schema
+import Testing
+import TestSupport
+
+/// The real `medication-worker run` binary: sd_notify protocol, endpoints, log redaction, SIGTERM.
+@Suite("Daemon as systemd runs it", .serialized)
+struct DaemonTests {
+    /// A running daemon against a database, the emulator and a notify socket.
+    final class Rig: @unchecked Sendable {
+        let emulator: FCMEmulator
+        let notify: NotifySocket
+        let process = Process()
+        let stderrPath: String
+        let healthPort: UInt16
+        let serviceAccountPEM: String
+
+        init(databaseURL: String, extra: [String: String] = [:]) throws {
+            let fixtures = TLSFixtures.shared
+            let keys = try fixtures.rsaKeyPair()
+            serviceAccountPEM = keys.privatePEM
+            emulator = try FCMEmulator(configuration: .init(
+                assertionPublicKeyPEM: keys.publicPEM,
+                tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)))
+            let account = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
+            notify = try NotifySocket()
+            let probe = try HTTPServer { _ in .text(200, "") }
+            healthPort = probe.port
+            probe.stop()
+            stderrPath = NSTemporaryDirectory() + "mw-daemon-\(UUID().uuidString).log"
+            _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+            process.executableURL = URL(fileURLWithPath: TestBinaries.path("medication-worker"))
+            process.arguments = ["run"]
+            process.environment = [
+                "DATABASE_URL": databaseURL, "FCM_SERVICE_ACCOUNT_FILE": account, "FCM_BASE_URL": emulator.baseURL,
+                "TLS_CA_FILE": fixtures.caFile, "HEALTH_ADDR": "127.0.0.1:\(healthPort)", "NOTIFY_SOCKET": notify.path,
+                "WATCHDOG_USEC": "1000000", "LOG_LEVEL": "trace", "POLL_INTERVAL_MS": "200", "SHUTDOWN_TIMEOUT": "5s",
+            ].merging(extra) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle(forWritingAtPath: stderrPath)
+            try process.run()
+        }
+
+        var log: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+        func get(_ path: String) async throws -> HTTPResponse {
+            let client = try HTTPClient()
+            defer { client.shutdown() }
+            return try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(healthPort)\(path)", timeout: .seconds(5)))
+        }
+
+        func terminate() -> Int32 {
+            if process.isRunning { process.terminate() }
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+    }
+
+    @Test func notifyProtocol_endpoints_redaction_andGracefulStop() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in try await Self.scenario(conninfo) }
+    }
+
+    static func scenario(_ conninfo: String) async throws {
+        let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+        let secretToken = "fcm-token-" + String(repeating: "S3CR3T", count: 20)
+        let secretName = "秘密の患者名"
+        try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', $1)"#, [.text(secretName)])
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', $1), ('d2', 'CAREGIVER', 'c1', $2)"#,
+                     [.text(secretToken), .text("unregistered-" + String(repeating: "D", count: 40))])
+        let rig = try Rig(databaseURL: conninfo)
+        defer { _ = rig.terminate() }
+
+        let startup = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+        #expect(startup.contains { $0.contains("READY=1") }, "notifications: \(startup)")
+
+        try await db.query(#"""
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-daemon","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+            """#)
+        var done = false
+        for _ in 0..<100 where !done {
+            done = try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            if !done { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(done)
+        #expect(rig.emulator.receivedMessages.map(\.token) == [secretToken])
+
+        let running = rig.notify.read(until: { $0.contains("WATCHDOG=1") }, seconds: 5)
+            + rig.notify.read(until: { $0.hasPrefix("STATUS=sent 1, backlog 0, dead 0") }, seconds: 12)
+        #expect(running.contains("WATCHDOG=1"))
+        #expect(running.contains { $0.hasPrefix("STATUS=sent 1, backlog 0, dead 0") }, "notifications: \(running)")
+
+        let health = try await rig.get("/healthz")
+        #expect(health.status == 200)
+        let ready = try await rig.get("/readyz")
+        #expect(ready.status == 200)
+        #expect(String(decoding: ready.body, as: UTF8.self)
+                == #"{"status":"ready","checks":{"app_store":"disabled","database":"ok","fcm_credentials":"ok"}}"#)
+        let metrics = String(decoding: try await rig.get("/metrics").body, as: UTF8.self)
+        for family in ["push_deliveries_total", "push_outbox_events", "push_outbox_oldest_pending_seconds",
+                       "push_send_duration_seconds", "push_tokens_disabled_total", "fcm_token_refreshes_total",
+                       "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"] {
+            #expect(metrics.contains("# HELP \(family) ") && metrics.contains("# TYPE \(family) "), "\(family) missing")
+        }
+        #expect(metrics.contains(#"push_deliveries_total{result="sent"} 1"#))
+        #expect(metrics.contains(#"push_tokens_disabled_total{reason="UNREGISTERED"} 1"#))
+        #expect(try await rig.get("/nope").status == 404)
+
+        #expect(rig.terminate() == 0)
+        let stopping = rig.notify.read(until: { $0.contains("STOPPING=1") }, seconds: 2)
+        #expect(stopping.contains("STOPPING=1"))
+
+        // Redaction: the whole log at trace level holds no token, key, access token or name.
+        let log = rig.log
+        #expect(log.contains("device token is no longer valid"))
+        #expect(!log.contains(secretToken))
+        #expect(!log.contains(String(repeating: "D", count: 40)))
+        #expect(!log.contains("ya29."))
+        #expect(!log.contains("PRIVATE KEY"))
+        #expect(!log.contains(rig.serviceAccountPEM.split(separator: "\n")[1]))
+        #expect(!log.contains(secretName))
+    }
+
+    /// The database goes away under the daemon (connections refused, sessions killed, as in a
+    /// restart or failover): /readyz turns 503 naming it, /healthz stays 200, and both recover.
+    /// (scripts/faults restarts the real server.)
+    @Test func readyz_turns503WhenTheDatabaseIsUnavailableAnd200WhenItReturns() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in try await Self.unavailableScenario(conninfo) }
+    }
+
+    static func unavailableScenario(_ conninfo: String) async throws {
+        let admin = PostgresClient(conninfo: try TestDatabase.adminConninfo(), maxConnections: 1)
+        let name = conninfo.split(separator: " ").last { $0.hasPrefix("dbname=") }.map { String($0.dropFirst(7)) } ?? ""
+        let rig = try Rig(databaseURL: conninfo)
+        defer { _ = rig.terminate() }
+        _ = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+        #expect(try await rig.get("/readyz").status == 200)
+
+        try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS false")
+        try await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [.text(name)])
+        var status = 200
+        for _ in 0..<100 where status == 200 {
+            status = try await rig.get("/readyz").status
+            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(status == 503)
+        let body = String(decoding: try await rig.get("/readyz").body, as: UTF8.self)
+        #expect(body.contains(#""status":"not_ready""#) && body.contains(#""database":"down: "#))
+        #expect(try await rig.get("/healthz").status == 200)  // alive: a restart would not help
+
+        try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
+        for _ in 0..<100 where status != 200 {
+            status = try await rig.get("/readyz").status
+            if status != 200 { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(status == 200)
+        #expect(rig.process.isRunning)
+    }
+
+    static func prepare(_ conninfo: String) throws {
+        let admin = try PostgresConnection(conninfo: conninfo)
+        try TestDatabase.createAPITables(admin)
+        _ = try Migrator.migrate(admin)
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+
+/// An AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET: the daemon under test
+/// sends READY=1, STATUS=…, WATCHDOG=1, STOPPING=1 to it. A background thread drains it the way
+/// systemd does (an unread socket fills up after a few datagrams and would block the sender).
+public final class NotifySocket: @unchecked Sendable {
+    public let path: String
+    private let fd: Int32
+    private let lock = NSLock()
+    private var messages: [String] = []
+    private var cursor = 0
+    private var closed = false
+
+    public init() throws {
+        path = NSTemporaryDirectory() + "mw-notify-\(UUID().uuidString.prefix(8)).sock"
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        guard fd >= 0 else { throw TestSupportError("socket() failed") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            let bytes = Array(path.utf8)
+            for (index, byte) in bytes.enumerated() where index < buffer.count - 1 { buffer[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0 else { throw TestSupportError("bind(\(path)) failed") }
+        var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let thread = Thread { [self] in drain() }
+        thread.start()
+    }
+
+    deinit {
+        lock.withLock { closed = true }
+        close(fd)
+        unlink(path)
+    }
+
+    private func drain() {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !lock.withLock({ closed }) {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            guard count > 0 else { continue }
+            let message = String(decoding: buffer.prefix(count), as: UTF8.self)
+            lock.withLock { messages.append(message) }
+        }
+    }
+
+    /// Returns messages not returned before, up to and including the first that satisfies
+    /// `predicate`, waiting up to `seconds` for it; on timeout, everything new.
+    public func read(until predicate: (String) -> Bool, seconds: Double) -> [String] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let result = lock.withLock { () -> [String]? in
+                let fresh = messages[cursor...]
+                if let index = fresh.firstIndex(where: predicate) {
+                    defer { cursor = index + 1 }
+                    return Array(messages[cursor...index])
+                }
+                if Date() >= deadline {
+                    defer { cursor = messages.count }
+                    return Array(fresh)
+                }
+                return nil
+            }
+            if let result { return result }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+}
