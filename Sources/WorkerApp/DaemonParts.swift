@@ -1,3 +1,5 @@
+import AppStore
+import Crypto
 import FCM
 import Foundation
 import HTTP
@@ -103,7 +105,32 @@ struct DaemonStartError: Error, CustomStringConvertible {
 enum AppStoreWiring {
     static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry) throws
         -> (@Sendable (StopSignal, WakeSignal) async -> Void)? {
-        guard configuration.appStore != nil else { return nil }
-        return nil
+        guard let settings = configuration.appStore else { return nil }
+        let appStore = try load(settings, configuration: configuration)
+        let rechecker = try EntitlementRechecker(configuration: appStore, conninfo: configuration.databaseURL,
+                                                 logger: logger.child(label: "appstore"), metrics: metrics)
+        return { stop, wake in
+            await rechecker.run(isStopped: { stop.isRequested },
+                                sleep: { pause in await wake.wait(after: wake.current, timeout: pause) })
+        }
+    }
+
+    /// Reads the key and root certificates; problems name the setting (exit 78).
+    static func load(_ settings: Configuration.AppStore, configuration: Configuration) throws(ConfigurationError) -> AppStoreConfiguration {
+        guard let pem = try? String(contentsOfFile: settings.privateKeyFile, encoding: .utf8),
+              let key = try? PrivateKey(pem: pem), key.isEC else {
+            throw ConfigurationError("APPSTORE_PRIVATE_KEY_FILE", "\(settings.privateKeyFile) is not a PEM EC private key (.p8)")
+        }
+        var roots: [Certificate] = []
+        for path in settings.rootCertificateFiles {
+            guard let bytes = FileManager.default.contents(atPath: path), let root = try? Certificate(pemOrDER: Array(bytes)) else {
+                throw ConfigurationError("APPSTORE_ROOT_CERT_FILES", "\(path) is not a PEM or DER certificate")
+            }
+            roots.append(root)
+        }
+        return AppStoreConfiguration(issuerId: settings.issuerId, keyId: settings.keyId, bundleId: settings.bundleId,
+                                     privateKey: key, roots: roots, productionURL: settings.productionURL,
+                                     sandboxURL: settings.sandboxURL, recheckInterval: configuration.entitlementRecheckInterval,
+                                     http: HTTPClientConfiguration(maxInFlight: 8, caFile: configuration.tlsCAFile))
     }
 }

@@ -1,0 +1,125 @@
+import Crypto
+import Foundation
+
+/// A transaction Apple signed, after every check passed.
+public struct VerifiedTransaction: Sendable, Equatable {
+    public var transactionId: String
+    public var originalTransactionId: String
+    public var bundleId: String
+    public var productId: String
+    public var environment: String
+    /// Apple's `revocationDate` (refund or revocation), nil when the purchase stands.
+    public var revocationDate: Date?
+    /// Apple's `revocationReason` integer.
+    public var revocationReason: Int?
+    public var signedDate: Date
+}
+
+/// Verifies `signedTransactionInfo` (a compact JWS) before anything trusts it: ES256, an x5c
+/// chain of exactly three certificates to a configured Apple root with Apple's marker OIDs,
+/// validity at the payload's `signedDate`, the signature by the leaf, and the payload's
+/// identity against what the entitlement row expects.
+public struct SignedTransactionVerifier: Sendable {
+    /// Apple's marker on the leaf ("Apple App Store receipt signing").
+    public static let leafOID = "1.2.840.113635.100.6.11.1"
+    /// Apple's marker on the intermediate (Apple Worldwide Developer Relations CA).
+    public static let intermediateOID = "1.2.840.113635.100.6.2.1"
+    /// Environments whose data Apple does not sign: never trusted.
+    public static let untrustedEnvironments: Set<String> = ["Xcode", "LocalTesting"]
+
+    /// Why evidence was refused; `rawValue` is the metric label and log field.
+    public enum Refusal: String, Error, Sendable, CaseIterable {
+        case malformedJWS = "malformed_jws"
+        case unsupportedAlgorithm = "unsupported_alg"
+        case certificateCount = "x5c_not_three_certificates"
+        case badCertificate = "bad_certificate"
+        case untrustedChain = "untrusted_chain"
+        case missingLeafOID = "missing_leaf_oid"
+        case missingIntermediateOID = "missing_intermediate_oid"
+        case badSignature = "bad_signature"
+        case malformedPayload = "malformed_payload"
+        case bundleMismatch = "bundle_id_mismatch"
+        case productMismatch = "product_id_mismatch"
+        case transactionMismatch = "original_transaction_id_mismatch"
+        case environmentMismatch = "environment_mismatch"
+        case untrustedEnvironment = "untrusted_environment"
+    }
+
+    /// What the row expects the transaction to be.
+    public struct Expectation: Sendable {
+        public var bundleId: String
+        public var productId: String
+        public var originalTransactionId: String
+        /// `Production` or `Sandbox`.
+        public var environment: String
+
+        public init(bundleId: String, productId: String, originalTransactionId: String, environment: String) {
+            self.bundleId = bundleId
+            self.productId = productId
+            self.originalTransactionId = originalTransactionId
+            self.environment = environment
+        }
+    }
+
+    let roots: [Certificate]
+
+    public init(roots: [Certificate]) { self.roots = roots }
+
+    /// Verifies `jws`; throws the first `Refusal`.
+    public func verify(_ jws: String, expecting expectation: Expectation) throws(Refusal) -> VerifiedTransaction {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let payloadData = Base64URL.decode(parts[1]),
+              let signature = Base64URL.decode(parts[2]),
+              let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any] else {
+            throw .malformedJWS
+        }
+        guard header["alg"] as? String == "ES256" else { throw .unsupportedAlgorithm }
+        guard let x5c = header["x5c"] as? [String], x5c.count == 3 else { throw .certificateCount }
+        var chain: [Certificate] = []
+        for encoded in x5c {
+            guard let der = Data(base64Encoded: encoded), let certificate = try? Certificate(der: Array(der)) else {
+                throw .badCertificate
+            }
+            chain.append(certificate)
+        }
+        guard let payload = (try? JSONSerialization.jsonObject(with: payloadData)) as? [String: Any],
+              let signedMillis = (payload["signedDate"] as? NSNumber)?.doubleValue else {
+            throw .malformedPayload
+        }
+        let signedDate = Date(timeIntervalSince1970: signedMillis / 1000)
+        do {
+            try Certificate.verifyChain(leaf: chain[0], intermediates: [chain[1]], roots: roots, at: signedDate)
+        } catch {
+            throw .untrustedChain
+        }
+        guard chain[0].hasExtension(oid: Self.leafOID) else { throw .missingLeafOID }
+        guard chain[1].hasExtension(oid: Self.intermediateOID) else { throw .missingIntermediateOID }
+        guard let key = try? chain[0].publicKey(), key.isEC, signature.count == 64,
+              let der = try? ECDSASignature.rawToDer(Array(signature)),
+              key.verifySHA256(signature: der, data: Array("\(parts[0]).\(parts[1])".utf8)) else {
+            throw .badSignature
+        }
+        guard let transactionId = Self.string(payload["transactionId"]),
+              let originalTransactionId = Self.string(payload["originalTransactionId"]),
+              let bundleId = payload["bundleId"] as? String, let productId = payload["productId"] as? String,
+              let environment = payload["environment"] as? String else {
+            throw .malformedPayload
+        }
+        guard !Self.untrustedEnvironments.contains(environment) else { throw .untrustedEnvironment }
+        guard bundleId == expectation.bundleId else { throw .bundleMismatch }
+        guard productId == expectation.productId else { throw .productMismatch }
+        guard originalTransactionId == expectation.originalTransactionId else { throw .transactionMismatch }
+        guard environment == expectation.environment else { throw .environmentMismatch }
+        let revocation = (payload["revocationDate"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
+        return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
+                                   productId: productId, environment: environment, revocationDate: revocation,
+                                   revocationReason: (payload["revocationReason"] as? NSNumber)?.intValue, signedDate: signedDate)
+    }
+
+    /// Apple sends ids as strings; accept numbers too.
+    static func string(_ value: Any?) -> String? {
+        if let text = value as? String { return text }
+        if let number = value as? NSNumber { return number.stringValue }
+        return nil
+    }
+}

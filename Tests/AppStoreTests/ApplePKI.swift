@@ -1,0 +1,90 @@
+import Crypto
+import Foundation
+import TestSupport
+
+/// A throwaway Apple-like PKI made with the openssl CLI: root → intermediate (OID
+/// 1.2.840.113635.100.6.2.1) → leaf (OID 1.2.840.113635.100.6.11.1), EC P-256; plus an untrusted
+/// look-alike chain, a leaf without the OID, and the App Store Connect API key (.p8).
+struct ApplePKI: Sendable {
+    let directory: String
+    let rootPEM: String
+    /// x5c (standard base64 DER) of the trusted chain, the look-alike chain, and one whose leaf lacks the OID.
+    let trustedChain: [String]
+    let untrustedChain: [String]
+    let noOIDChain: [String]
+    let leafKeyPEM: String
+    let untrustedLeafKeyPEM: String
+    let noOIDLeafKeyPEM: String
+    let apiKeyPEM: String
+    let apiPublicKeyPEM: String
+
+    static let shared: ApplePKI = {
+        do { return try ApplePKI() } catch { fatalError("cannot make the Apple-like PKI: \(error)") }
+    }()
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "mw-apple-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let d = directory
+        func write(_ name: String, _ text: String) throws { try text.write(toFile: "\(d)/\(name)", atomically: true, encoding: .utf8) }
+        try write("int.ext", "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n1.2.840.113635.100.6.2.1=ASN1:NULL\n")
+        try write("leaf.ext", "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n1.2.840.113635.100.6.11.1=ASN1:NULL\n")
+        try write("leaf-nooid.ext", "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n")
+        func key(_ name: String) throws {
+            try TLSFixtures.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "\(d)/\(name).key"])
+        }
+        func chain(_ prefix: String, leafExt: String) throws -> [String] {
+            for name in ["root", "int", "leaf"] { try key("\(prefix)-\(name)") }
+            try TLSFixtures.openssl(["req", "-x509", "-new", "-key", "\(d)/\(prefix)-root.key", "-subj", "/CN=\(prefix) Root CA - G3",
+                                     "-days", "30", "-out", "\(d)/\(prefix)-root.pem"])
+            for (name, issuer, ext) in [("int", "root", "int.ext"), ("leaf", "int", leafExt)] {
+                try TLSFixtures.openssl(["req", "-new", "-key", "\(d)/\(prefix)-\(name).key", "-subj", "/CN=\(prefix) \(name)",
+                                         "-out", "\(d)/\(prefix)-\(name).csr"])
+                try TLSFixtures.openssl(["x509", "-req", "-in", "\(d)/\(prefix)-\(name).csr", "-CA", "\(d)/\(prefix)-\(issuer).pem",
+                                         "-CAkey", "\(d)/\(prefix)-\(issuer).key", "-CAcreateserial", "-days", "30",
+                                         "-extfile", "\(d)/\(ext)", "-out", "\(d)/\(prefix)-\(name).pem"])
+            }
+            return try ["leaf", "int", "root"].map { name in
+                try TLSFixtures.openssl(["x509", "-in", "\(d)/\(prefix)-\(name).pem", "-outform", "DER", "-out", "\(d)/\(prefix)-\(name).der"])
+                return try Data(contentsOf: URL(fileURLWithPath: "\(d)/\(prefix)-\(name).der")).base64EncodedString()
+            }
+        }
+        trustedChain = try chain("trusted", leafExt: "leaf.ext")
+        untrustedChain = try chain("evil", leafExt: "leaf.ext")
+        let noOID = try chain("nooid", leafExt: "leaf-nooid.ext")
+        // The no-OID leaf must chain to the trusted root to test the OID check alone: re-sign it under the trusted intermediate.
+        try TLSFixtures.openssl(["x509", "-req", "-in", "\(d)/nooid-leaf.csr", "-CA", "\(d)/trusted-int.pem", "-CAkey", "\(d)/trusted-int.key",
+                                 "-CAcreateserial", "-days", "30", "-extfile", "\(d)/leaf-nooid.ext", "-out", "\(d)/nooid-leaf2.pem"])
+        try TLSFixtures.openssl(["x509", "-in", "\(d)/nooid-leaf2.pem", "-outform", "DER", "-out", "\(d)/nooid-leaf2.der"])
+        noOIDChain = [try Data(contentsOf: URL(fileURLWithPath: "\(d)/nooid-leaf2.der")).base64EncodedString(), trustedChain[1], trustedChain[2]]
+        _ = noOID
+        rootPEM = try String(contentsOfFile: "\(d)/trusted-root.pem", encoding: .utf8)
+        leafKeyPEM = try String(contentsOfFile: "\(d)/trusted-leaf.key", encoding: .utf8)
+        untrustedLeafKeyPEM = try String(contentsOfFile: "\(d)/evil-leaf.key", encoding: .utf8)
+        noOIDLeafKeyPEM = try String(contentsOfFile: "\(d)/nooid-leaf.key", encoding: .utf8)
+        try key("api")
+        try TLSFixtures.openssl(["pkey", "-in", "\(d)/api.key", "-pubout", "-out", "\(d)/api.pub"])
+        apiKeyPEM = try String(contentsOfFile: "\(d)/api.key", encoding: .utf8)
+        apiPublicKeyPEM = try String(contentsOfFile: "\(d)/api.pub", encoding: .utf8)
+    }
+
+    /// A signedTransactionInfo JWS over `payload`, with the given chain and signing key.
+    func signedTransaction(_ payload: [String: Any], chain: [String]? = nil, keyPEM: String? = nil) throws -> String {
+        try JWT.sign(header: ["alg": "ES256", "x5c": chain ?? trustedChain], claims: payload,
+                     key: try PrivateKey(pem: keyPEM ?? leafKeyPEM))
+    }
+
+    /// A transaction payload as Apple signs it (dates in milliseconds).
+    static func payload(transactionId: String, original: String, product: String = "premium.monthly",
+                        bundle: String = "jp.example.medication", environment: String = "Production",
+                        revocationDate: Int64? = nil, revocationReason: Int? = nil) -> [String: Any] {
+        var payload: [String: Any] = [
+            "transactionId": transactionId, "originalTransactionId": original, "bundleId": bundle, "productId": product,
+            "purchaseDate": 1_767_225_600_000, "type": "Auto-Renewable Subscription", "environment": environment,
+            "signedDate": Int64(Date().timeIntervalSince1970 * 1000), "inAppOwnershipType": "PURCHASED",
+        ]
+        if let revocationDate { payload["revocationDate"] = revocationDate }
+        if let revocationReason { payload["revocationReason"] = revocationReason }
+        return payload
+    }
+}

@@ -1,0 +1,194 @@
+import AppStore
+import Crypto
+import Foundation
+import HTTP
+import Logging
+import Metrics
+import Postgres
+import Testing
+import TestSupport
+
+@Suite("Entitlement re-evaluation against the App Store", .serialized)
+struct EntitlementRecheckerTests {
+    static let bundle = "jp.example.medication"
+
+    struct Rig {
+        let production: FakeAppStore
+        let sandbox: FakeAppStore
+        let rechecker: EntitlementRechecker
+        let metrics: MetricsRegistry
+        let db: PostgresClient
+
+        func stop() {
+            production.stop()
+            sandbox.stop()
+        }
+    }
+
+    static func rig(_ conninfo: String) throws -> Rig {
+        let pki = ApplePKI.shared
+        let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
+        let sandbox = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
+        var configuration = AppStoreConfiguration(
+            issuerId: "issuer-1", keyId: "KEY123", bundleId: bundle, privateKey: try PrivateKey(pem: pki.apiKeyPEM),
+            roots: [try Certificate(pemOrDER: Array(pki.rootPEM.utf8))], productionURL: production.baseURL, sandboxURL: sandbox.baseURL,
+            http: HTTPClientConfiguration(maxInFlight: 4, caFile: TLSFixtures.shared.caFile))
+        configuration.productionRate = 1000
+        configuration.sandboxRate = 1000
+        let metrics = MetricsRegistry()
+        let rechecker = try EntitlementRechecker(configuration: configuration, conninfo: conninfo,
+                                                 logger: Logger(label: "appstore", sink: MemorySink()), metrics: metrics)
+        return Rig(production: production, sandbox: sandbox, rechecker: rechecker, metrics: metrics, db: PostgresClient(conninfo: conninfo))
+    }
+
+    static func insert(_ db: PostgresClient, id: String, transaction: String, environment: String = "Production", status: String = "ACTIVE",
+                       revokedAt: String? = nil) async throws {
+        try await db.query(#"""
+            INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status,
+                "purchasedAt", "revokedAt", "revocationReason")
+            VALUES ($1, 'c1', 'premium.monthly', $2, $2, $3, $4, now(), $5::timestamptz, CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '0' END)
+            """#, [.text(id), .text(transaction), .text(environment), .text(status), .optional(revokedAt)])
+    }
+
+    static func row(_ db: PostgresClient, _ id: String) async throws -> (status: String, revokedAtMillis: Int64?, reason: String?, checked: Bool) {
+        let row = try await db.query(#"""
+            SELECT status, (extract(epoch FROM "revokedAt") * 1000)::bigint AS revoked_ms, "revocationReason", "lastCheckedAt" IS NOT NULL AS checked
+            FROM "CaregiverEntitlement" WHERE id = $1
+            """#, [.text(id)])[0]
+        return (try row["status"].string(), try row["revoked_ms"].optionalInt().map(Int64.init), row["revocationReason"].optionalString(),
+                try row["checked"].bool())
+    }
+
+    @Test func refund_revokesWithApplesDateAndReason_andActiveOnesOnlyMoveLastChecked() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.rig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await Self.insert(rig.db, id: "e-refunded", transaction: "1000000001")
+            try await Self.insert(rig.db, id: "e-fine", transaction: "1000000002")
+            try await Self.insert(rig.db, id: "e-sandbox", transaction: "2000000001", environment: "Sandbox")
+            let revocation: Int64 = 1_770_000_123_456
+            rig.production.answer("1000000001", .signed(try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "1000000001", original: "1000000001", revocationDate: revocation, revocationReason: 1))))
+            rig.production.answer("1000000002", .signed(try pki.signedTransaction(ApplePKI.payload(transactionId: "1000000002", original: "1000000002"))))
+            rig.sandbox.answer("2000000001", .signed(try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "2000000001", original: "2000000001", environment: "Sandbox"))))
+
+            let summary = try await rig.rechecker.runOnce()
+            #expect(summary.checked == 3 && summary.revoked == 1 && summary.failed == 0)
+            let refunded = try await Self.row(rig.db, "e-refunded")
+            #expect(refunded.status == "REVOKED")
+            #expect(refunded.revokedAtMillis == revocation)
+            #expect(refunded.reason == "1")
+            let fine = try await Self.row(rig.db, "e-fine")
+            #expect(fine.status == "ACTIVE" && fine.checked && fine.revokedAtMillis == nil)
+            #expect(rig.sandbox.requests == ["2000000001"])
+            #expect(Set(rig.production.requests) == ["1000000001", "1000000002"])
+            #expect(rig.production.refused == 0)  // the client's JWT verified every time
+            #expect(rig.metrics.value("entitlements_revoked_total") == 1)
+            // Checked rows are not due again within the interval.
+            #expect(try await rig.rechecker.runOnce().checked == 0)
+        }
+    }
+
+    @Test(arguments: ["untrusted_chain", "bundle_id_mismatch", "missing_leaf_oid", "bad_signature", "untrusted_environment"])
+    func badEvidence_neverRevokes(reason: String) async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.rig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await Self.insert(rig.db, id: "e1", transaction: "3000000001")
+            let revoked = ApplePKI.payload(transactionId: "3000000001", original: "3000000001", revocationDate: 1_770_000_000_000, revocationReason: 0)
+            let jws: String
+            switch reason {
+            case "untrusted_chain": jws = try pki.signedTransaction(revoked, chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM)
+            case "bundle_id_mismatch":
+                jws = try pki.signedTransaction(ApplePKI.payload(transactionId: "3000000001", original: "3000000001", bundle: "com.other.app",
+                                                                 revocationDate: 1_770_000_000_000))
+            case "missing_leaf_oid": jws = try pki.signedTransaction(revoked, chain: pki.noOIDChain, keyPEM: pki.noOIDLeafKeyPEM)
+            case "bad_signature":
+                // Tampered payload: a genuine signature over a different payload.
+                let genuine = try pki.signedTransaction(ApplePKI.payload(transactionId: "3000000001", original: "3000000001"))
+                let parts = genuine.split(separator: ".")
+                let forged = Base64URL.encode(try JSONSerialization.data(withJSONObject: revoked))
+                jws = "\(parts[0]).\(forged).\(parts[2])"
+            default:
+                jws = try pki.signedTransaction(ApplePKI.payload(transactionId: "3000000001", original: "3000000001", environment: "Xcode",
+                                                                 revocationDate: 1_770_000_000_000))
+            }
+            rig.production.answer("3000000001", .signed(jws))
+            let summary = try await rig.rechecker.runOnce()
+            #expect(summary.failed == 1 && summary.revoked == 0)
+            let row = try await Self.row(rig.db, "e1")
+            #expect(row.status == "ACTIVE" && row.revokedAtMillis == nil && !row.checked)
+            #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": reason]) == 1)
+        }
+    }
+
+    @Test func notFoundAndRateLimit_changeNothingAndAreCounted() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.rig(conninfo)
+            defer { rig.stop() }
+            try await Self.insert(rig.db, id: "e-a", transaction: "4000000001")
+            try await Self.insert(rig.db, id: "e-b", transaction: "4000000002")
+            rig.production.answer("4000000001", .notFound)
+            let retryAt: Int64 = Int64(Date().timeIntervalSince1970 * 1000) + 90_000
+            rig.production.answer("4000000002", .rateLimited(retryAtMillis: retryAt))
+            let summary = try await rig.rechecker.runOnce()
+            #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": "not_found"]) == 1)
+            #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": "rate_limited"]) == 1)
+            #expect(summary.rateLimitedUntil.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } == retryAt)
+            for id in ["e-a", "e-b"] {
+                let row = try await Self.row(rig.db, id)
+                #expect(row.status == "ACTIVE" && !row.checked)
+            }
+        }
+    }
+
+    @Test func reversedRefund_restoresOnlyOnVerifiedEvidence_andOthersRevocationsAreLeftAlone() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.rig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await Self.insert(rig.db, id: "ours-verified", transaction: "5000000001", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
+            try await Self.insert(rig.db, id: "ours-untrusted", transaction: "5000000002", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
+            try await Self.insert(rig.db, id: "by-support", transaction: "5000000003", status: "REVOKED")
+            rig.production.answer("5000000001", .signed(try pki.signedTransaction(ApplePKI.payload(transactionId: "5000000001", original: "5000000001"))))
+            rig.production.answer("5000000002", .signed(try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "5000000002", original: "5000000002"), chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM)))
+            rig.production.answer("5000000003", .signed(try pki.signedTransaction(ApplePKI.payload(transactionId: "5000000003", original: "5000000003"))))
+            let summary = try await rig.rechecker.runOnce()
+            #expect(summary.restored == 1)
+            let restored = try await Self.row(rig.db, "ours-verified")
+            #expect(restored.status == "ACTIVE" && restored.revokedAtMillis == nil && restored.reason == nil)
+            let untrusted = try await Self.row(rig.db, "ours-untrusted")
+            #expect(untrusted.status == "REVOKED" && untrusted.revokedAtMillis != nil)
+            let support = try await Self.row(rig.db, "by-support")
+            #expect(support.status == "REVOKED" && !support.checked)
+            #expect(!rig.production.requests.contains("5000000003"))
+            #expect(rig.metrics.value("entitlements_restored_total") == 1)
+        }
+    }
+
+    @Test func clientJWT_hasTheRightHeaderAndClaimsAndVerifies() async throws {
+        let pki = ApplePKI.shared
+        let configuration = AppStoreConfiguration(issuerId: "issuer-1", keyId: "KEY123", bundleId: Self.bundle,
+                                                  privateKey: try PrivateKey(pem: pki.apiKeyPEM), roots: [])
+        let client = AppStoreClient(configuration: configuration, http: try HTTPClient())
+        let token = try client.makeToken()
+        let parts = token.split(separator: ".")
+        let header = try #require(try JSONSerialization.jsonObject(with: Base64URL.decode(parts[0])!) as? [String: Any])
+        let claims = try #require(try JSONSerialization.jsonObject(with: Base64URL.decode(parts[1])!) as? [String: Any])
+        #expect(header["alg"] as? String == "ES256" && header["kid"] as? String == "KEY123" && header["typ"] as? String == "JWT")
+        #expect(claims["iss"] as? String == "issuer-1" && claims["aud"] as? String == "appstoreconnect-v1" && claims["bid"] as? String == Self.bundle)
+        let iat = try #require(claims["iat"] as? Int), exp = try #require(claims["exp"] as? Int)
+        #expect(exp > iat && exp - iat <= 3600)
+        #expect(Base64URL.decode(parts[2])?.count == 64)  // raw r‖s, not DER
+        let fake = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: Self.bundle)
+        defer { fake.stop() }
+        #expect(fake.verifyJWT(token))
+        let other = try FakeAppStore(apiPublicKeyPEM: TLSFixtures.shared.rsaKeyPair().publicPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: Self.bundle)
+        defer { other.stop() }
+        #expect(!other.verifyJWT(token))
+    }
+}
