@@ -35,6 +35,19 @@ extension FCMEmulator {
             return Self.badRequest("message.apns.headers", "apns-collapse-id must not exceed 64 bytes")
         }
 
+        let now = Date()
+        let collapseId = ((message["apns"] as? [String: Any])?["headers"] as? [String: Any])?["apns-collapse-id"] as? String ?? ""
+        lock.withLock {
+            if let notBefore = retryNotBefore[token], now < notBefore { counters.earlyRetries += 1 }
+        }
+        let window = configuration.unavailableFor
+        if window > .zero, now.timeIntervalSince(startedAt) < Double(window.components.seconds) {
+            let seconds = Int(window.components.seconds)
+            lock.withLock { retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
+            count("unavailable_window")
+            return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
+                                    retryAfter: String(seconds))
+        }
         let scripted = lock.withLock { () -> Int? in
             guard let entry = scriptedFailures[token], entry.count > 0 else { return nil }
             scriptedFailures[token] = (entry.count - 1, entry.status)
@@ -68,6 +81,13 @@ extension FCMEmulator {
         for answer in answers where token.hasPrefix(answer.prefix) {
             count(String(answer.prefix.dropLast()))
             return answer.respond()
+        }
+        lock.withLock {
+            if acceptedKeys.insert("\(token)|\(collapseId)").inserted {
+                counters.distinctAccepted += 1
+            } else {
+                counters.duplicates += 1
+            }
         }
         let id = UInt64.random(in: 1_000_000_000_000...9_999_999_999_999)
         if configuration.recordMessages {

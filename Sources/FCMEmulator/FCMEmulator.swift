@@ -23,6 +23,8 @@ public final class FCMEmulator: @unchecked Sendable {
         public var latency: Duration = .zero
         /// Keep every accepted message body (tests); off for long benchmarks.
         public var recordMessages = true
+        /// Answer every send with 503 UNAVAILABLE and `Retry-After` this long, for this long after start (fault drills).
+        public var unavailableFor: Duration = .zero
 
         public init(assertionPublicKeyPEM: String, tls: TLSIdentity?) {
             self.assertionPublicKeyPEM = assertionPublicKeyPEM
@@ -45,6 +47,12 @@ public final class FCMEmulator: @unchecked Sendable {
         public var assertionsRefused = 0
         public var sendsByOutcome: [String: Int] = [:]
         public var connections = 0
+        /// Accepted messages whose (token, apns-collapse-id) was accepted before.
+        public var duplicates = 0
+        /// Sends that came back before the Retry-After this emulator gave for that token.
+        public var earlyRetries = 0
+        /// Distinct (token, collapse id) pairs accepted.
+        public var distinctAccepted = 0
     }
 
     let configuration: Configuration
@@ -55,6 +63,9 @@ public final class FCMEmulator: @unchecked Sendable {
     var received: [Received] = []
     var counters = Stats()
     var scriptedFailures: [String: (count: Int, status: Int)] = [:]
+    var acceptedKeys: Set<String> = []
+    var retryNotBefore: [String: Date] = [:]
+    let startedAt = Date()
 
     /// Starts serving at once.
     public init(configuration: Configuration) throws {
@@ -99,7 +110,9 @@ public final class FCMEmulator: @unchecked Sendable {
         case ("GET", "/stats"):
             let stats = self.stats
             let object: [String: Any] = ["tokensIssued": stats.tokensIssued, "assertionsRefused": stats.assertionsRefused,
-                                         "sends": stats.sendsByOutcome, "connections": stats.connections]
+                                         "sends": stats.sendsByOutcome, "connections": stats.connections,
+                                         "duplicates": stats.duplicates, "earlyRetries": stats.earlyRetries,
+                                         "distinctAccepted": stats.distinctAccepted]
             return .json(200, Self.serialize(object))
         case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))

@@ -44,28 +44,30 @@ extension OutboxWorker {
                                             recordingGroupId: event.recordingGroupId, withinTime: event.withinTime))
         }
 
-        let outcomes = await send(pushes)
-        let completedAll = outcomes.count == pushes.count
+        // Each outcome is written as soon as it arrives (batched with whatever else arrived during the
+        // previous write), so a crash re-sends only what was in flight, not the whole batch.
+        let recorder = DeliveryRecorder(store: store, token: token, maxAttempts: configuration.maxAttempts)
+        let outcomes = await send(pushes) { delivery, outcome in
+            recorder.add(delivery.id, Self.deliveryResult(delivery, outcome))
+        }
+        let recorded = await recorder.finish()
+        let completedAll = outcomes.count == pushes.count && recorded.error == nil
 
-        var results: [(id: String, result: OutboxStore.DeliveryResult)] = []
         var retryByKey: [String: (after: Duration, reason: String)] = [:]
         for (delivery, outcome) in outcomes {
             let metadata: LogMetadata = ["outbox.event_key": delivery.eventKey, "device.id": delivery.deviceId,
                                          "device.token": Redact.token(delivery.token)]
             switch outcome {
             case .sent(let name):
-                results.append((delivery.id, .sent(messageName: name)))
+                _ = name
                 metrics.delivered("sent")
             case .tokenInvalid(let reason):
-                results.append((delivery.id, .tokenInvalid(reason: reason, deviceId: delivery.deviceId, claimedAt: delivery.claimedAt)))
                 metrics.delivered("token_invalid")
                 logger.info("device token is no longer valid", metadata: metadata.merging(["fcm.error": reason]) { $1 })
             case .permanentFailure(let reason):
-                results.append((delivery.id, .failed(reason: reason)))
                 metrics.delivered("failed")
                 logger.error("push failed permanently; operator action needed", metadata: metadata.merging(["fcm.error": reason]) { $1 })
             case .retry(let reason, let after, let minimum):
-                results.append((delivery.id, .retry(reason: reason)))
                 metrics.delivered("retry")
                 let floor = max(after ?? .zero, minimum ?? .zero)
                 let previous = retryByKey[delivery.eventKey]?.after ?? .zero
@@ -76,7 +78,7 @@ extension OutboxWorker {
 
         if !completedAll {
             // Stopping: record what finished, give everything else back (due again at once).
-            let summary = try await store.complete(deliveries: results, events: [], finished: finished, token: token,
+            let summary = try await store.complete(deliveries: [], events: [], finished: finished, token: token,
                                                    maxAttempts: configuration.maxAttempts)
             let open = live.map(\.claim.id).filter { summary.eventStatuses[$0] == nil }
             try await store.release(eventIds: open, token: token)
@@ -90,9 +92,9 @@ extension OutboxWorker {
             return OutboxStore.EventCompletion(id: item.claim.id, eventKey: item.event.eventKey,
                                                retryDelay: max(backoff, retry?.after ?? .zero), error: retry?.reason)
         }
-        let summary = try await store.complete(deliveries: results, events: completions, finished: finished, token: token,
+        let summary = try await store.complete(deliveries: [], events: completions, finished: finished, token: token,
                                                maxAttempts: configuration.maxAttempts)
-        for device in summary.disabledDevices {
+        for device in recorded.disabledDevices {
             let reason = outcomes.first { $0.0.deviceId == device }.flatMap { outcome -> String? in
                 if case .tokenInvalid(let reason) = outcome.1 { return reason }
                 return nil
@@ -111,7 +113,8 @@ extension OutboxWorker {
 
     /// Sends concurrently under the shared in-flight bound; on a stop past its grace period,
     /// returns only the outcomes that arrived.
-    func send(_ pushes: [(OutboxStore.ClaimedDelivery, DoseTakenPush)]) async -> [(OutboxStore.ClaimedDelivery, SendOutcome)] {
+    func send(_ pushes: [(OutboxStore.ClaimedDelivery, DoseTakenPush)],
+              onOutcome: @escaping @Sendable (OutboxStore.ClaimedDelivery, SendOutcome) -> Void) async -> [(OutboxStore.ClaimedDelivery, SendOutcome)] {
         guard !pushes.isEmpty else { return [] }
         let collector = OutcomeCollector()
         let sender = self.sender
@@ -126,6 +129,7 @@ extension OutboxWorker {
                         let outcome = await sender.send(push)
                         inFlight.release()
                         collector.add(delivery, outcome)
+                        onOutcome(delivery, outcome)
                         onProgress()
                     }
                 }
@@ -140,6 +144,89 @@ extension OutboxWorker {
         let arrived = collector.outcomes
         sending.cancel()
         return arrived
+    }
+}
+
+extension OutboxWorker {
+    /// The row update a send outcome calls for.
+    static func deliveryResult(_ delivery: OutboxStore.ClaimedDelivery, _ outcome: SendOutcome) -> OutboxStore.DeliveryResult {
+        switch outcome {
+        case .sent(let name): .sent(messageName: name)
+        case .tokenInvalid(let reason): .tokenInvalid(reason: reason, deviceId: delivery.deviceId, claimedAt: delivery.claimedAt)
+        case .permanentFailure(let reason): .failed(reason: reason)
+        case .retry(let reason, _, _): .retry(reason: reason)
+        }
+    }
+}
+
+/// Writes delivery results as they arrive: one write at a time, each taking everything that
+/// accumulated during the previous one (natural batching, minimal delay after FCM's answer).
+final class DeliveryRecorder: @unchecked Sendable {
+    private let store: OutboxStore
+    private let token: UUID
+    private let maxAttempts: Int
+    private let lock = NSLock()
+    private var buffer: [(id: String, result: OutboxStore.DeliveryResult)] = []
+    private var writing = false
+    private var disabled: [String] = []
+    private var failure: (any Error)?
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+
+    init(store: OutboxStore, token: UUID, maxAttempts: Int) {
+        self.store = store
+        self.token = token
+        self.maxAttempts = maxAttempts
+    }
+
+    func add(_ id: String, _ result: OutboxStore.DeliveryResult) {
+        let start = lock.withLock { () -> Bool in
+            buffer.append((id, result))
+            if writing { return false }
+            writing = true
+            return true
+        }
+        if start { Task { await self.drain() } }
+    }
+
+    private func drain() async {
+        while true {
+            let batch = lock.withLock { () -> [(id: String, result: OutboxStore.DeliveryResult)] in
+                defer { buffer.removeAll(keepingCapacity: true) }
+                return buffer
+            }
+            if batch.isEmpty {
+                let waiters = lock.withLock { () -> [CheckedContinuation<Void, Never>]? in
+                    // Re-check under the lock: an add may have raced in.
+                    guard buffer.isEmpty else { return nil }
+                    writing = false
+                    defer { idleWaiters.removeAll() }
+                    return idleWaiters
+                }
+                guard let waiters else { continue }
+                for waiter in waiters { waiter.resume() }
+                return
+            }
+            do {
+                let summary = try await store.complete(deliveries: batch, events: [], finished: [], token: token, maxAttempts: maxAttempts)
+                lock.withLock { disabled += summary.disabledDevices }
+            } catch {
+                // Unwritten results are not lost: the deliveries stay PENDING under an expiring lease.
+                lock.withLock { if failure == nil { failure = error } }
+            }
+        }
+    }
+
+    /// Waits until every added result is written; returns the devices disabled and the first write error.
+    func finish() async -> (disabledDevices: [String], error: (any Error)?) {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = lock.withLock { () -> Bool in
+                if !writing && buffer.isEmpty { return true }
+                idleWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+        return lock.withLock { (disabled, failure) }
     }
 }
 
