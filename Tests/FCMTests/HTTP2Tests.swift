@@ -1,0 +1,40 @@
+import FCM
+import Foundation
+import HTTP
+import Logging
+import Metrics
+import Testing
+import TestSupport
+
+@Suite("HTTP/2 multiplexing against nginx")
+struct HTTP2Tests {
+    /// 1,000 sends with 100 in flight share one TLS connection (ALPN h2, streams multiplexed).
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func thousandSendsAtHundredInFlight_useOneConnection() async throws {
+        let fixtures = TLSFixtures.shared
+        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
+        defer { nginx.stop() }
+        let keys = try fixtures.rsaKeyPair()
+        let base = "https://127.0.0.1:\(nginx.port)"
+        let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
+        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
+                                                                   http: HTTPClientConfiguration(maxInFlight: 100, caFile: fixtures.caFile)),
+                                   logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
+        defer { sender.shutdown() }
+        let outcomes = await withTaskGroup(of: SendOutcome.self, returning: [SendOutcome].self) { group in
+            for index in 0..<1000 {
+                group.addTask {
+                    await sender.send(DoseTakenPush(token: "tok-\(index)", eventKey: "doseTaken:g\(index)", patientId: "p1", displayName: "名前",
+                                                    date: "2026-02-11", slot: "noon", recordingGroupId: "g\(index)", withinTime: true))
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(outcomes.count == 1000)
+        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        #expect(sender.http.connectionsOpened == 1)
+        let probe = try await sender.http.execute(HTTPRequest(method: "POST", url: base + "/v1/projects/p/messages:send", body: Array("{}".utf8)))
+        #expect(probe.httpVersion == "2")
+        #expect(sender.http.connectionsOpened == 1)
+    }
+}

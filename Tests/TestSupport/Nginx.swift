@@ -1,0 +1,102 @@
+import Foundation
+
+/// Debian's nginx as an HTTP/2 + TLS stand-in for FCM (and its token endpoint), on a loopback port.
+public final class Nginx: @unchecked Sendable {
+    public let port: UInt16
+    public let directory: String
+    private let process = Process()
+
+    /// nil when the nginx binary is not installed (CI installs it).
+    public static var binary: String? {
+        ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    public init(certificatePEM: String, keyPEM: String, port: UInt16) throws {
+        guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
+        self.port = port
+        directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory + "/logs", withIntermediateDirectories: true)
+        try certificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
+        try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
+        try Self.configuration(port: port, directory: directory).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Ready when the port accepts connections.
+        for _ in 0..<100 {
+            if Self.canConnect(port) { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw TestSupportError("nginx did not start; see \(directory)/logs/error.log")
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+
+    /// FCM's success body for sends, a static OAuth answer for /token; access log off.
+    public static func configuration(port: UInt16, directory: String) -> String {
+        """
+        worker_processes 1;
+        pid \(directory)/nginx.pid;
+        error_log \(directory)/logs/error.log warn;
+        events { worker_connections 4096; }
+        http {
+            access_log off;
+            client_body_temp_path \(directory)/body;
+            proxy_temp_path \(directory)/proxy;
+            fastcgi_temp_path \(directory)/fastcgi;
+            uwsgi_temp_path \(directory)/uwsgi;
+            scgi_temp_path \(directory)/scgi;
+            keepalive_requests 1000000;
+            http2_max_concurrent_streams 128;
+            server {
+                listen 127.0.0.1:\(port) ssl http2;
+                ssl_certificate \(directory)/server.pem;
+                ssl_certificate_key \(directory)/server.key;
+                location = /token {
+                    default_type application/json;
+                    return 200 '{"access_token":"nginx-static-token","expires_in":3600,"token_type":"Bearer"}';
+                }
+                location / {
+                    default_type application/json;
+                    return 200 '{"name":"projects/bench-project/messages/0:1700000000000000%31337"}';
+                }
+            }
+        }
+        """
+    }
+
+    /// A free loopback port (bind 0, read it, close).
+    public static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    static func canConnect(_ port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+}
