@@ -114,6 +114,14 @@ public final class FCMEmulator: @unchecked Sendable {
                                          "duplicates": stats.duplicates, "earlyRetries": stats.earlyRetries,
                                          "distinctAccepted": stats.distinctAccepted]
             return .json(200, Self.serialize(object))
+        case ("GET", "/received"):
+            // Arrival times by recordingGroupId, for end-to-end latency measurements.
+            let items = receivedMessages.map { item -> [String: Any] in
+                let root = (try? JSONSerialization.jsonObject(with: Data(item.json.utf8))) as? [String: Any]
+                let data = (root?["message"] as? [String: Any])?["data"] as? [String: Any]
+                return ["recordingGroupId": data?["recordingGroupId"] as? String ?? "", "receivedAt": item.receivedAt.timeIntervalSince1970]
+            }
+            return .json(200, Self.serialize(items))
         case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
             if configuration.latency > .zero {

@@ -28,7 +28,7 @@ extension OutboxStore {
         }
     }
 
-    static let markSentSQL = """
+    public static let markSentSQL = """
         UPDATE "PushDelivery" pd
         SET status = 'SENT', "sentAt" = now(), "fcmMessageId" = v.name, "lastError" = NULL,
             "leaseToken" = NULL, "leaseExpiresAt" = NULL
@@ -36,14 +36,14 @@ extension OutboxStore {
         WHERE pd.id = v.id AND pd."leaseToken" = $3::uuid AND pd.status = 'PENDING'
         """
 
-    static let markFailedSQL = """
+    public static let markFailedSQL = """
         UPDATE "PushDelivery" pd
         SET status = 'FAILED', "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM unnest($1::text[], $2::text[]) AS v(id, reason)
         WHERE pd.id = v.id AND pd."leaseToken" = $3::uuid AND pd.status = 'PENDING'
         """
 
-    static let markRetrySQL = """
+    public static let markRetrySQL = """
         UPDATE "PushDelivery" pd
         SET "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM unnest($1::text[], $2::text[]) AS v(id, reason)
@@ -51,7 +51,7 @@ extension OutboxStore {
         """
 
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began.
-    static let disableDevicesSQL = """
+    public static let disableDevicesSQL = """
         UPDATE "PushDevice" d
         SET "isEnabled" = false, "updatedAt" = now()
         FROM unnest($1::text[], $2::timestamptz[]) AS v(id, started)
@@ -60,7 +60,7 @@ extension OutboxStore {
         """
 
     /// DONE when no delivery of the key is PENDING; else DEAD after the last attempt, else due again after the delay.
-    static let completeEventsSQL = """
+    public static let completeEventsSQL = """
         WITH v AS (
             SELECT * FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::text[]) AS v(id, key, delay, err)
         ), p AS (
@@ -83,7 +83,7 @@ extension OutboxStore {
         """
 
     /// Final states decided without sending (bad input → DEAD, too old → EXPIRED).
-    static let finishEventsSQL = """
+    public static let finishEventsSQL = """
         UPDATE "PushOutbox" o
         SET status = v.status, "processedAt" = now(), "lastError" = v.err,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
@@ -145,14 +145,14 @@ extension OutboxStore {
         }
     }
 
-    static let releaseEventsSQL = """
+    public static let releaseEventsSQL = """
         UPDATE "PushOutbox"
         SET "availableAt" = now(), attempts = greatest(attempts - 1, 0),
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         WHERE id = ANY($1::bigint[]) AND "leaseToken" = $2::uuid AND status = 'PENDING'
         """
 
-    static let releaseDeliveriesSQL = """
+    public static let releaseDeliveriesSQL = """
         UPDATE "PushDelivery"
         SET "leaseToken" = NULL, "leaseExpiresAt" = NULL, attempts = greatest(attempts - 1, 0)
         WHERE "leaseToken" = $1::uuid AND status = 'PENDING'

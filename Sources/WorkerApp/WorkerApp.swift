@@ -63,6 +63,11 @@ public enum WorkerApp {
         case "status":
             guard rest.isEmpty else { return usageError("status takes no arguments") }
             return await Commands.status(environment: environment)
+        case "pgbench-script":
+            // Undocumented: the benchmark's SQL ceiling runs the pipeline's own statements.
+            let size = rest.count == 2 && rest[0] == "--batch" ? Int(rest[1]) ?? 100 : 100
+            print(PgbenchScript.script(batchSize: size), terminator: "")
+            return ExitStatus.ok
         case "redrive":
             var eventId: Int64?
             if !rest.isEmpty {

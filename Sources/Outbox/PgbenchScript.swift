@@ -1,0 +1,38 @@
+/// Builds a pgbench script from the pipeline's own statements (not copies), so the benchmark's
+/// SQL ceiling measures exactly what the worker runs: one claim, one fan-out transaction and one
+/// completion transaction per batch, with every delivery SENT.
+public enum PgbenchScript {
+    /// `$n` → `:prefix_n` (pgbench variables), so `-M extended` binds them as parameters.
+    static func bind(_ sql: String, _ names: [String]) -> String {
+        var text = sql
+        for (index, name) in names.enumerated().reversed() {
+            text = text.replacingOccurrences(of: "$\(index + 1)", with: ":\(name)")
+        }
+        return text
+    }
+
+    /// The script for one batch of `batchSize` events.
+    public static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
+        let claim = bind(OutboxStore.claimSQL, ["limit", "worker", "token", "lease", "maxage"])
+        return """
+            SELECT \(batchSize) AS limit, 'pgbench' AS worker, gen_random_uuid()::text AS token, \(leaseSeconds) AS lease, \(maxAgeSeconds) AS maxage, \(maxAttempts) AS maxattempts \\gset
+            WITH c AS (\(claim))
+            SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg('doseTaken:' || (payload::jsonb ->> 'recordingGroupId')), '{}') AS keys,
+                   coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
+                   coalesce(array_agg(NULL::text), '{}') AS errs FROM c \\gset
+            BEGIN;
+            \(bind(OutboxStore.patientsSQL, ["pids"]));
+            \(bind(OutboxStore.setEventKeysSQL, ["ids", "keys"]));
+            \(bind(OutboxStore.fanOutSQL, ["keys", "pids"]));
+            \(bind(OutboxStore.failDisabledSQL, ["keys"]));
+            WITH d AS (\(bind(OutboxStore.claimDeliveriesSQL, ["keys", "token", "lease"])))
+            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names FROM d \\gset
+            COMMIT;
+            BEGIN;
+            \(bind(OutboxStore.markSentSQL, ["dids", "names", "token"]));
+            \(bind(OutboxStore.completeEventsSQL, ["ids", "keys", "delays", "errs", "maxattempts", "token"]));
+            COMMIT;
+
+            """
+    }
+}
