@@ -11,12 +11,12 @@ final class CurlTransfer {
     var responseHeaders: [String: String] = [:]
     let continuation: CheckedContinuation<HTTPResponse, any Error>
 
-    init(request: HTTPRequest, configuration: HTTPClientConfiguration, caBundle: [UInt8]?,
+    init(request: HTTPRequest, configuration: HTTPClientConfiguration, caBundlePath: String?,
          continuation: CheckedContinuation<HTTPResponse, any Error>) throws(HTTPError) {
         guard let easy = curl_easy_init() else { throw HTTPError(.invalidRequest, "curl_easy_init failed") }
         self.easy = easy
         self.continuation = continuation
-        try configure(request, configuration, caBundle)
+        try configure(request, configuration, caBundlePath)
     }
 
     deinit {
@@ -30,7 +30,7 @@ final class CurlTransfer {
         }
     }
 
-    private func configure(_ request: HTTPRequest, _ configuration: HTTPClientConfiguration, _ caBundle: [UInt8]?) throws(HTTPError) {
+    private func configure(_ request: HTTPRequest, _ configuration: HTTPClientConfiguration, _ caBundlePath: String?) throws(HTTPError) {
         try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
         try check(mw_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
         // HTTP/2 by ALPN on TLS, HTTP/1.1 otherwise; never prior knowledge.
@@ -39,9 +39,9 @@ final class CurlTransfer {
         try check(mw_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "PIPEWAIT")
         try check(mw_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
         try check(mw_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
-        if var bundle = caBundle {
-            let code = bundle.withUnsafeMutableBytes { mw_easy_setopt_blob(easy, CURLOPT_CAINFO_BLOB, $0.baseAddress, $0.count) }
-            try check(code, "CAINFO_BLOB")
+        if let caBundlePath {
+            // CAINFO replaces the default store, so this file holds the system bundle plus the extra CA.
+            try check(mw_easy_setopt_cstr(easy, CURLOPT_CAINFO, caBundlePath), "CAINFO")
         }
         try check(mw_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, configuration.connectTimeout.milliseconds), "CONNECTTIMEOUT")
         try check(mw_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, (request.timeout ?? configuration.requestTimeout).milliseconds), "TIMEOUT")

@@ -12,7 +12,8 @@ private let curlGlobalInit: Void = {
 public final class HTTPClient: @unchecked Sendable {
     public let configuration: HTTPClientConfiguration
     private let multi: UnsafeMutableRawPointer
-    private let caBundle: [UInt8]?
+    /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
+    private let caBundlePath: String?
     private let lock = NSLock()
     private var queued: [(HTTPRequest, CheckedContinuation<HTTPResponse, any Error>)] = []
     private var running: [UnsafeMutableRawPointer: CurlTransfer] = [:]
@@ -30,9 +31,14 @@ public final class HTTPClient: @unchecked Sendable {
                 throw HTTPError(.invalidRequest, "cannot read CA file \(caFile)")
             }
             let system = FileManager.default.contents(atPath: "/etc/ssl/certs/ca-certificates.crt") ?? Data()
-            caBundle = Array(system) + Array("\n".utf8) + Array(extra)
+            let path = NSTemporaryDirectory() + "medication-worker-ca-\(getpid())-\(UUID().uuidString.prefix(8)).pem"
+            guard FileManager.default.createFile(atPath: path, contents: system + Data("\n".utf8) + extra,
+                                                 attributes: [.posixPermissions: 0o600]) else {
+                throw HTTPError(.invalidRequest, "cannot write the combined CA bundle to \(path)")
+            }
+            caBundlePath = path
         } else {
-            caBundle = nil
+            caBundlePath = nil
         }
         guard let multi = curl_multi_init() else { throw HTTPError(.invalidRequest, "curl_multi_init failed") }
         self.multi = multi
@@ -50,6 +56,7 @@ public final class HTTPClient: @unchecked Sendable {
     deinit {
         shutdown()
         curl_multi_cleanup(multi)
+        if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
     /// Connections opened so far (each TLS handshake counts once).
@@ -102,7 +109,7 @@ public final class HTTPClient: @unchecked Sendable {
             if stop { break }
             for (request, continuation) in admit {
                 do {
-                    let transfer = try CurlTransfer(request: request, configuration: configuration, caBundle: caBundle,
+                    let transfer = try CurlTransfer(request: request, configuration: configuration, caBundlePath: caBundlePath,
                                                     continuation: continuation)
                     lock.withLock { running[transfer.easy] = transfer }
                     curl_multi_add_handle(multi, transfer.easy)

@@ -1,13 +1,17 @@
 /// A request as the server's handler sees it (body complete).
 public struct HTTPServerRequest: Sendable {
+    /// "GET", "POST", ...
     public var method: String
     /// The URL path without the query string.
     public var path: String
+    /// Query parameters, percent-decoded.
     public var query: [String: String]
     /// Header names lower-cased.
     public var headers: [String: String]
+    /// The complete request body.
     public var body: [UInt8]
 
+    /// A request (tests build these directly to call routing functions).
     public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:], body: [UInt8] = []) {
         self.method = method
         self.path = path
@@ -54,7 +58,10 @@ public struct TLSIdentity: Sendable {
 
 /// The server could not start.
 public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
+    /// What failed, naming the address for bind errors.
     public var message: String
+    /// An error with its message.
     public init(_ message: String) { self.message = message }
+    /// The message.
     public var description: String { message }
 }

@@ -14,6 +14,7 @@ public final class HealthState: @unchecked Sendable {
     /// Sets a check to `ok`, `disabled` or `down: reason`.
     public func set(_ name: String, _ state: String) { lock.withLock { checks[name] = state } }
 
+    /// Every check by name, as last set.
     public var snapshot: [String: String] { lock.withLock { checks } }
 
     /// Ready when every check is `ok` or `disabled` (and there is at least one).
@@ -30,6 +31,7 @@ public final class HealthState: @unchecked Sendable {
 public final class HealthServer: Sendable {
     private let server: HTTPServer
 
+    /// Starts listening at once on host:port (port 0 picks a free one).
     public init(host: String, port: UInt16, state: HealthState, metrics: MetricsRegistry) throws(HTTPServerError) {
         server = try HTTPServer(host: host, port: port) { request in
             HealthServer.route(request, state: state, metrics: metrics)
@@ -39,6 +41,7 @@ public final class HealthServer: Sendable {
     /// The bound port (useful with port 0).
     public var port: UInt16 { server.port }
 
+    /// Stops the listener; idempotent.
     public func stop() { server.stop() }
 
     static func route(_ request: HTTPServerRequest, state: HealthState, metrics: MetricsRegistry) -> HTTPServerResponse {

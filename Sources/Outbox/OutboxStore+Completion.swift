@@ -102,8 +102,15 @@ extension OutboxStore {
     /// Writes delivery results and event outcomes in one transaction, guarded by the lease token:
     /// a worker that lost its lease changes nothing.
     public func complete(deliveries: [(id: String, result: DeliveryResult)], events: [EventCompletion],
-                         finished: [(id: Int64, status: String, error: String)], token: UUID, maxAttempts: Int) async throws -> CompletionSummary {
+                         finished: [(id: Int64, status: String, error: String)], token: UUID, maxAttempts: Int,
+                         durable: Bool = true) async throws -> CompletionSummary {
         try await client.withTransaction { connection in
+            if !durable {
+                // Per-delivery results: if PostgreSQL itself crashes before flushing this commit, the
+                // delivery is still PENDING and is sent again (a duplicate, never a loss). A worker
+                // crash loses nothing: the commit is already in PostgreSQL's memory.
+                try connection.query("SET LOCAL synchronous_commit = off")
+            }
             var sent: ([String], [String]) = ([], [])
             var failed: ([String], [String]) = ([], [])
             var retry: ([String], [String]) = ([], [])

@@ -207,7 +207,8 @@ final class DeliveryRecorder: @unchecked Sendable {
                 return
             }
             do {
-                let summary = try await store.complete(deliveries: batch, events: [], finished: [], token: token, maxAttempts: maxAttempts)
+                let summary = try await store.complete(deliveries: batch, events: [], finished: [], token: token, maxAttempts: maxAttempts,
+                                                       durable: false)
                 lock.withLock { disabled += summary.disabledDevices }
             } catch {
                 // Unwritten results are not lost: the deliveries stay PENDING under an expiring lease.

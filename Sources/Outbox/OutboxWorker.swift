@@ -13,7 +13,7 @@ public struct OutboxWorkerConfiguration: Sendable {
     public var maxAttempts = 10
     public var eventMaxAge = Duration.seconds(24 * 3600)
     /// Concurrent claim→send→complete loops, so SQL of one batch overlaps sends of another.
-    public var lanes = 2
+    public var lanes = 4
     public var backoff = Backoff()
     /// Identifies this process in `"leasedBy"` (host:pid).
     public var workerId = "\(ProcessInfo.processInfo.hostName):\(ProcessInfo.processInfo.processIdentifier)"

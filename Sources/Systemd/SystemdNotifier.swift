@@ -9,6 +9,9 @@ public struct SystemdNotifier: Sendable {
     /// True when systemd (or a test) gave us a notification socket.
     public var isEnabled: Bool { ProcessInfo.processInfo.environment["NOTIFY_SOCKET"] != nil }
 
+    /// Same as `isEnabled`: started by systemd with `Type=notify` (a `NOTIFY_SOCKET` is set).
+    public var isUnderSystemd: Bool { isEnabled }
+
     /// Sends one or more newline-separated assignments; returns false when nothing was sent.
     @discardableResult
     public func notify(_ state: String) -> Bool {

@@ -43,8 +43,8 @@ struct Supervisor {
     func run() async -> Int32 {
         let stop = StopSignal()
         let wake = WakeSignal()
-        // Two lanes, each with at most one statement in flight, plus headroom for the listener's peers.
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 4)
+        // Four lanes plus the delivery-result writers; each holds a connection only for one statement or transaction.
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6)
         let liveness = parts.liveness
         liveness.beat("outbox")
         liveness.beat("status")

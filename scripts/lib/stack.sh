@@ -126,8 +126,11 @@ stack_wait_until() {
 }
 
 stack_cleanup() {
+  set +e
   for pid in "${PIDS[@]:-}"; do [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; done
-  wait 2>/dev/null || true
+  wait 2>/dev/null
+  # Anything started from this stack's directory (nginx workers, a stray worker) goes too.
+  [[ -n "${STACK:-}" ]] && pkill -f "$STACK" 2>/dev/null
   [[ -d "${STACK:-}/pg/data" ]] && as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -m immediate stop >/dev/null 2>&1
   [[ -n "${KEEP_STACK:-}" ]] || rm -rf "$STACK"
 }

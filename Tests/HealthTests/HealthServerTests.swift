@@ -1,0 +1,128 @@
+import Foundation
+import HTTP
+import Health
+import Metrics
+import Systemd
+import Testing
+import TestSupport
+
+/// HealthServer over real loopback HTTP (port 0), in-process.
+@Suite("Health endpoints in-process")
+struct HealthServerTests {
+    /// Liveness the test controls.
+    final class Loops: @unchecked Sendable {
+        private let lock = NSLock()
+        private var stuck: [String] = []
+        var stalled: [String] { lock.withLock { stuck } }
+        func set(_ names: [String]) { lock.withLock { stuck = names } }
+    }
+
+    func get(_ port: UInt16, _ path: String, method: String = "GET") async throws -> HTTPResponse {
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        return try await client.execute(HTTPRequest(method: method, url: "http://127.0.0.1:\(port)\(path)", timeout: .seconds(5)))
+    }
+
+    @Test func unknownPath_is404() async throws {
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
+        defer { server.stop() }
+        let response = try await get(server.port, "/admin")
+        #expect(response.status == 404)
+        #expect(try await get(server.port, "/healthz/extra").status == 404)
+    }
+
+    @Test func readyz_flipsFrom503To200WhenTheCheckRecovers() async throws {
+        let state = HealthState()
+        state.set("database", "down: connection refused")
+        state.set("fcm_credentials", "ok")
+        state.set("app_store", "disabled")
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
+        defer { server.stop() }
+
+        let down = try await get(server.port, "/readyz")
+        #expect(down.status == 503)
+        let downText = String(decoding: down.body, as: UTF8.self)
+        #expect(downText.contains(#""status":"not_ready""#))
+        #expect(downText.contains(#""database":"down: connection refused""#))
+        #expect(down.headers["content-type"] == "application/json")
+
+        state.set("database", "ok")
+        let up = try await get(server.port, "/readyz")
+        #expect(up.status == 200)
+        let upText = String(decoding: up.body, as: UTF8.self)
+        #expect(upText.contains(#""status":"ready""#))
+        #expect(upText.contains(#""app_store":"disabled""#))
+    }
+
+    @Test func healthz_reportsStalledLoopsRegardlessOfReadiness() async throws {
+        let loops = Loops()
+        let state = HealthState(stalled: { loops.stalled })
+        state.set("database", "down: timeout")
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
+        defer { server.stop() }
+
+        #expect(try await get(server.port, "/healthz").status == 200)
+        loops.set(["outbox"])
+        let stalled = try await get(server.port, "/healthz")
+        #expect(stalled.status == 503)
+        #expect(String(decoding: stalled.body, as: UTF8.self).contains(#""loops":["outbox"]"#))
+    }
+
+    @Test func metrics_hasHelpTypeAndProcessGauges() async throws {
+        let registry = MetricsRegistry()
+        ProcessMetrics.register(in: registry)
+        registry.counter("push_deliveries_total", help: "Deliveries by result.", labels: ["result": "sent"]).increment()
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: registry)
+        defer { server.stop() }
+
+        let response = try await get(server.port, "/metrics")
+        #expect(response.status == 200)
+        #expect(response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8")
+        let text = String(decoding: response.body, as: UTF8.self)
+        #expect(text.contains("# HELP push_deliveries_total Deliveries by result."))
+        #expect(text.contains("# TYPE push_deliveries_total counter"))
+        #expect(text.contains(#"push_deliveries_total{result="sent"} 1"#))
+        #expect(text.contains("# TYPE process_resident_memory_bytes gauge"))
+        #expect((registry.value("process_resident_memory_bytes") ?? 0) > 0)
+        #expect((registry.value("process_open_fds") ?? 0) > 0)
+        #expect((registry.value("process_start_time_seconds") ?? 0) > 1_600_000_000)
+    }
+
+    @Test func post_isRejected() async throws {
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
+        defer { server.stop() }
+        #expect(try await get(server.port, "/healthz", method: "POST").status == 405)
+    }
+}
+
+/// SystemdNotifier in-process against a datagram socket. Serialized: it sets NOTIFY_SOCKET in this process.
+@Suite("sd_notify in-process", .serialized)
+struct SystemdNotifierTests {
+    @Test func notify_sendsEachStateToTheSocket() throws {
+        let socket = try NotifySocket()
+        setenv("NOTIFY_SOCKET", socket.path, 1)
+        defer { unsetenv("NOTIFY_SOCKET") }
+        let notifier = SystemdNotifier()
+        #expect(notifier.isUnderSystemd)
+        for state in ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"] {
+            #expect(notifier.notify(state))
+        }
+        let received = socket.read(until: { $0 == "STOPPING=1" }, seconds: 5)
+        #expect(received == ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"])
+    }
+
+    @Test func withoutNotifySocket_notifyIsANoOp() {
+        unsetenv("NOTIFY_SOCKET")
+        let notifier = SystemdNotifier()
+        #expect(!notifier.isUnderSystemd)
+        #expect(!notifier.notify("READY=1"))
+    }
+
+    @Test func watchdogInterval_readsWatchdogUsec() {
+        setenv("WATCHDOG_USEC", "2000000", 1)
+        defer { unsetenv("WATCHDOG_USEC") }
+        #expect(SystemdNotifier().watchdogInterval == .seconds(2))
+        unsetenv("WATCHDOG_USEC")
+        #expect(SystemdNotifier().watchdogInterval == nil)
+    }
+}
