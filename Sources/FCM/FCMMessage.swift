@@ -17,26 +17,38 @@ public enum FCMMessage {
     }
 
     /// The JSON body `{"message": {...}}` (all `data` values are strings, as FCM requires).
+    /// Written directly: this runs once per push, and every value is a string.
     public static func json(for push: DoseTakenPush) -> [UInt8] {
-        let message: [String: Any] = [
-            "message": [
-                "token": push.token,
-                "notification": ["title": title, "body": body(displayName: push.displayName, withinTime: push.withinTime)],
-                "data": [
-                    "type": "DOSE_TAKEN",
-                    "patientId": push.patientId,
-                    "date": push.date,
-                    "slot": push.slot,
-                    "recordingGroupId": push.recordingGroupId ?? "",
-                ],
-                "apns": [
-                    "headers": ["apns-collapse-id": collapseId(eventKey: push.eventKey)],
-                    "payload": ["aps": ["sound": "default", "thread-id": "patient-\(push.patientId)"]],
-                ],
-            ] as [String: Any],
-        ]
-        // Only strings and dictionaries above: serialisation cannot fail.
-        let data = (try? JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes])) ?? Data("{}".utf8)
-        return Array(data)
+        var out = [UInt8]()
+        out.reserveCapacity(512 + push.token.utf8.count)
+        func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
+        func string(_ value: String) {
+            out.append(0x22)
+            for byte in value.utf8 {
+                switch byte {
+                case 0x22: out.append(0x5C); out.append(0x22)
+                case 0x5C: out.append(0x5C); out.append(0x5C)
+                case 0x0A: out.append(0x5C); out.append(0x6E)
+                case 0x0D: out.append(0x5C); out.append(0x72)
+                case 0x09: out.append(0x5C); out.append(0x74)
+                case 0x00..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]])
+                default: out.append(byte)
+                }
+            }
+            out.append(0x22)
+        }
+        raw(#"{"message":{"token":"#); string(push.token)
+        raw(#","notification":{"title":"#); string(title)
+        raw(#","body":"#); string(body(displayName: push.displayName, withinTime: push.withinTime))
+        raw(#"},"data":{"type":"DOSE_TAKEN","patientId":"#); string(push.patientId)
+        raw(#","date":"#); string(push.date)
+        raw(#","slot":"#); string(push.slot)
+        raw(#","recordingGroupId":"#); string(push.recordingGroupId ?? "")
+        raw(#"},"apns":{"headers":{"apns-collapse-id":"#); string(collapseId(eventKey: push.eventKey))
+        raw(#"},"payload":{"aps":{"sound":"default","thread-id":"#); string("patient-\(push.patientId)")
+        raw("}}}}}")
+        return out
     }
 }

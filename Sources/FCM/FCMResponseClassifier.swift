@@ -45,6 +45,7 @@ public enum FCMResponseClassifier {
     /// Classifies one response; `now` resolves an HTTP-date Retry-After.
     public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {
         if status == 200 {
+            if let name = fastName(body) { return .outcome(.sent(messageName: name)) }
             let root = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
             return .outcome(.sent(messageName: root?["name"] as? String ?? ""))
         }
@@ -74,6 +75,26 @@ public enum FCMResponseClassifier {
         if status == 403 { return .outcome(.permanentFailure(reason: error?.status ?? "PERMISSION_DENIED")) }
         if status >= 500 { return .outcome(.retry(reason: "HTTP \(status)", after: retryAfter, minimumBackoff: nil)) }
         return .outcome(.permanentFailure(reason: code ?? error?.status ?? "HTTP \(status)"))
+    }
+
+    /// FCM's success body is `{"name": "projects/…/messages/…"}`: read the name without a JSON parser
+    /// when it has that exact shape (no escapes); nil sends the caller to the full parser.
+    static func fastName(_ body: [UInt8]) -> String? {
+        let key = Array(#""name""#.utf8)
+        guard body.count < 512, let start = body.firstRange(of: key)?.upperBound else { return nil }
+        var index = start
+        func skipSpace() { while index < body.count, [0x20, 0x0A, 0x0D, 0x09].contains(body[index]) { index += 1 } }
+        skipSpace()
+        guard index < body.count, body[index] == 0x3A else { return nil }
+        index += 1
+        skipSpace()
+        guard index < body.count, body[index] == 0x22 else { return nil }
+        let valueStart = index + 1
+        guard let valueEnd = body[valueStart...].firstIndex(of: 0x22), !body[valueStart..<valueEnd].contains(0x5C) else { return nil }
+        index = valueEnd + 1
+        skipSpace()
+        guard index < body.count, body[index] == 0x7D else { return nil }
+        return String(decoding: body[valueStart..<valueEnd], as: UTF8.self)
     }
 
     /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3); a past date means now.

@@ -29,7 +29,10 @@ extension FCMEmulator {
         guard exp > now, iat <= now + 60, exp - iat <= 3600 else {
             return refuse("invalid_grant", "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.")
         }
-        guard claims["aud"] as? String == tokenURI else { return refuse("invalid_grant", "Invalid JWT: aud is not the token endpoint") }
+        // Google accepts its canonical token endpoint as aud too (google-auth always sends that one).
+        guard let aud = claims["aud"] as? String, aud == tokenURI || aud == "https://oauth2.googleapis.com/token" else {
+            return refuse("invalid_grant", "Invalid JWT: aud is not the token endpoint")
+        }
         if let expected = configuration.clientEmail, claims["iss"] as? String != expected {
             return refuse("invalid_grant", "Invalid JWT: iss is not the service account")
         }

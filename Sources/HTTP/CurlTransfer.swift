@@ -124,19 +124,25 @@ private func curlWriteBody(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, 
 }
 
 /// CURLOPT_HEADERFUNCTION: one header line per call; a status line starts a new header block.
+/// Parsed on bytes (this runs for every header of every response).
 private func curlWriteHeader(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
     guard let buffer, let userdata else { return 0 }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userdata).takeUnretainedValue()
     let length = size * count
-    let line = buffer.withMemoryRebound(to: UInt8.self, capacity: length) {
-        String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
-    }.trimmingCharacters(in: .whitespacesAndNewlines)
-    if line.hasPrefix("HTTP/") {
-        transfer.responseHeaders = [:]
-    } else if let colon = line.firstIndex(of: ":") {
-        let name = line[..<colon].lowercased()
-        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        transfer.responseHeaders[name] = value
+    buffer.withMemoryRebound(to: UInt8.self, capacity: length) { start in
+        let line = UnsafeBufferPointer(start: start, count: length)
+        if length >= 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {  // "HTTP/"
+            transfer.responseHeaders = [:]
+            return
+        }
+        guard let colon = line.firstIndex(of: 0x3A) else { return }
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        var valueStart = colon + 1
+        var valueEnd = length
+        while valueStart < valueEnd, isSpace(line[valueStart]) { valueStart += 1 }
+        while valueEnd > valueStart, isSpace(line[valueEnd - 1]) { valueEnd -= 1 }
+        let name = String(decoding: line[0..<colon].lazy.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
+        transfer.responseHeaders[name] = String(decoding: line[valueStart..<valueEnd], as: UTF8.self)
     }
     return length
 }

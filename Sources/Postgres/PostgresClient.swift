@@ -8,12 +8,15 @@ import Foundation
 public final class PostgresClient: Sendable {
     /// The conninfo string or URI this client connects with.
     public let conninfo: String
+    /// Session settings applied to every connection.
+    public let settings: [String: String]
     private let slots: [Slot]
     private let gate: SlotGate
 
     /// Creates the pool; connections open lazily on first use.
-    public init(conninfo: String, maxConnections: Int = 4) {
+    public init(conninfo: String, maxConnections: Int = 4, settings: [String: String] = [:]) {
         self.conninfo = conninfo
+        self.settings = settings
         self.slots = (0..<max(1, maxConnections)).map { Slot(index: $0) }
         self.gate = SlotGate(count: max(1, maxConnections))
     }
@@ -24,9 +27,10 @@ public final class PostgresClient: Sendable {
         defer { gate.release(index) }
         let slot = slots[index]
         let conninfo = self.conninfo
+        let settings = self.settings
         return try await withCheckedThrowingContinuation { continuation in
             slot.queue.async {
-                continuation.resume(with: Result { try slot.run(conninfo: conninfo, body) })
+                continuation.resume(with: Result { try slot.run(conninfo: conninfo, settings: settings, body) })
             }
         }
     }
@@ -63,9 +67,9 @@ private final class Slot: @unchecked Sendable {
         queue = DispatchQueue(label: "postgres.connection.\(index)")
     }
 
-    func run<T>(conninfo: String, _ body: (PostgresConnection) throws -> T) throws -> T {
+    func run<T>(conninfo: String, settings: [String: String], _ body: (PostgresConnection) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
-        let active = try connect(conninfo: conninfo)
+        let active = try connect(conninfo: conninfo, settings: settings)
         do {
             return try body(active)
         } catch let error as PostgresError where error.isConnectionError || !active.isHealthy {
@@ -79,7 +83,7 @@ private final class Slot: @unchecked Sendable {
 
     func drop() { connection = nil }
 
-    private func connect(conninfo: String) throws(PostgresError) -> PostgresConnection {
+    private func connect(conninfo: String, settings: [String: String]) throws(PostgresError) -> PostgresConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
         if failures > 0 {
@@ -88,7 +92,7 @@ private final class Slot: @unchecked Sendable {
             Thread.sleep(forTimeInterval: delay)
         }
         do {
-            let opened = try PostgresConnection(conninfo: conninfo)
+            let opened = try PostgresConnection(conninfo: conninfo, settings: settings)
             connection = opened
             failures = 0
             return opened

@@ -7,8 +7,9 @@ import Foundation
 public final class PostgresConnection {
     private let raw: OpaquePointer
 
-    /// Opens a connection from a libpq conninfo string or `postgresql://` URI.
-    public init(conninfo: String) throws(PostgresError) {
+    /// Opens a connection from a libpq conninfo string or `postgresql://` URI; `settings` are
+    /// applied to the session with `set_config` (e.g. `synchronous_commit`).
+    public init(conninfo: String, settings: [String: String] = [:]) throws(PostgresError) {
         // "Note that ... you should call PQfinish when you are finished with it ... even if the
         // backend connection attempt fails" (libpq docs, PQconnectdb).
         guard let connection = PQconnectdb(conninfo) else {
@@ -24,6 +25,9 @@ public final class PostgresConnection {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // Timestamps come back in one parseable shape, whatever the server's defaults.
         _ = try query("SELECT set_config('TimeZone', 'UTC', false), set_config('DateStyle', 'ISO, YMD', false)")
+        for (name, value) in settings.sorted(by: { $0.key < $1.key }) {
+            _ = try query("SELECT set_config($1, $2, false)", [.text(name), .text(value)])
+        }
     }
 
     deinit { PQfinish(raw) }

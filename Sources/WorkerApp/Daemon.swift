@@ -44,7 +44,11 @@ struct Supervisor {
         let stop = StopSignal()
         let wake = WakeSignal()
         // Four lanes plus the delivery-result writers; each holds a connection only for one statement or transaction.
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6)
+        // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
+        // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
+        // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6,
+                                      settings: ["synchronous_commit": "off"])
         let liveness = parts.liveness
         liveness.beat("outbox")
         liveness.beat("status")

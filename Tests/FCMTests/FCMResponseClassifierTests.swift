@@ -19,6 +19,9 @@ struct FCMResponseClassifierTests {
 
     @Test func success_keepsFCMsMessageName() {
         #expect(classify(200, Array(#"{"name":"projects/p/messages/0:1"}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/0:1")))
+        #expect(classify(200, Array("{\n  \"name\": \"projects/p/messages/0:2\"\n}\n".utf8)) == .outcome(.sent(messageName: "projects/p/messages/0:2")))
+        // Escapes or extra fields take the full parser, with the same answer.
+        #expect(classify(200, Array(#"{"name":"projects\/p/messages/3","x":1}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/3")))
     }
 
     @Test func deadTokens_areTokenInvalid() {
