@@ -37,7 +37,9 @@ extension FCMEmulator {
             return refuse("invalid_grant", "Invalid JWT: iss is not the service account")
         }
         let scopes = (claims["scope"] as? String ?? "").split(separator: " ")
-        guard scopes.contains("https://www.googleapis.com/auth/firebase.messaging") else {
+        // FCM accepts the firebase.messaging scope or the broad cloud-platform one (firebase-admin asks for the latter).
+        guard scopes.contains("https://www.googleapis.com/auth/firebase.messaging")
+            || scopes.contains("https://www.googleapis.com/auth/cloud-platform") else {
             return refuse("invalid_scope", "Invalid OAuth scope or ID token audience provided.")
         }
         let token = "ya29.emulated-" + UUID().uuidString.lowercased()

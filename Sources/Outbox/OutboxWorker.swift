@@ -79,7 +79,10 @@ public final class OutboxWorker: Sendable {
             onProgress()
             let seen = wake.current
             do {
-                let claimed = try await processOneBatch()
+                let claimed = try await processOneBatch { full in
+                    // A full batch means more may be waiting: let another lane claim in parallel.
+                    if full { self.wake.wake() }
+                }
                 failures = 0
                 if claimed < configuration.batchSize {
                     await wake.wait(after: seen, timeout: configuration.pollInterval)
@@ -97,11 +100,12 @@ public final class OutboxWorker: Sendable {
     }
 
     /// Claims one batch and takes it to completion. Returns how many events it claimed.
-    func processOneBatch() async throws -> Int {
+    func processOneBatch(afterClaim: (Bool) -> Void = { _ in }) async throws -> Int {
         guard !stop.isRequested else { return 0 }
         let token = UUID()
         let events = try await store.claim(limit: configuration.batchSize, workerId: configuration.workerId, token: token,
                                            lease: configuration.lease, maxAge: configuration.eventMaxAge)
+        afterClaim(events.count == configuration.batchSize)
         guard !events.isEmpty else { return 0 }
         do {
             try await process(events, token: token)

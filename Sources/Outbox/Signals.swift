@@ -12,8 +12,19 @@ public final class WakeSignal: @unchecked Sendable {
     /// The current generation; pass it to `wait(after:timeout:)`.
     public var current: UInt64 { lock.withLock { generation } }
 
-    /// Wakes all waiters.
+    /// Wakes one waiter (new work: one lane claims it, and wakes another if it found a full batch);
+    /// busy lanes see the generation move and look again when they finish.
     public func wake() {
+        let woken = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+            generation &+= 1
+            guard let key = waiters.keys.first else { return nil }
+            return waiters.removeValue(forKey: key)
+        }
+        woken?.resume()
+    }
+
+    /// Wakes every waiter (stop).
+    public func wakeAll() {
         let woken = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
             generation &+= 1
             defer { waiters.removeAll() }

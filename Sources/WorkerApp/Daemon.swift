@@ -42,6 +42,8 @@ struct Supervisor {
 
     func run() async -> Int32 {
         let stop = StopSignal()
+        // Two signals: `work` wakes one lane per NOTIFY; `wake` paces the other loops and both wake on stop.
+        let work = WakeSignal()
         let wake = WakeSignal()
         // Four lanes plus the delivery-result writers; each holds a connection only for one statement or transaction.
         // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
@@ -57,7 +59,8 @@ struct Supervisor {
             parts.notify("STOPPING=1")
             // Leave a margin inside SHUTDOWN_TIMEOUT to write results and release leases.
             stop.request(grace: configuration.shutdownTimeout * 0.7)
-            wake.wake()
+            work.wakeAll()
+            wake.wakeAll()
         }
         defer { withExtendedLifetime(signals) {} }
 
@@ -68,7 +71,7 @@ struct Supervisor {
         }
 
         let listener = PostgresListener(conninfo: configuration.databaseURL, channel: Migrations.notifyChannel,
-                                        onWake: { wake.wake() },
+                                        onWake: { work.wake() },
                                         onError: { error in logger.warning("LISTEN connection lost; reconnecting",
                                                                            metadata: ["error": "\(error)"]) })
         listener.start()
@@ -82,7 +85,7 @@ struct Supervisor {
         workerConfiguration.maxAttempts = configuration.maxAttempts
         workerConfiguration.eventMaxAge = configuration.eventMaxAge
         let worker = OutboxWorker(client: database, sender: parts.sender, configuration: workerConfiguration,
-                                  logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: wake, stop: stop,
+                                  logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: work, stop: stop,
                                   onProgress: { liveness.beat("outbox") })
         let pruner = Pruner(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1),
                             configuration: .init(outboxRetention: configuration.outboxRetention,
