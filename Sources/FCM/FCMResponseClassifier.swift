@@ -53,16 +53,21 @@ public enum FCMResponseClassifier {
         let code = error?.fcmErrorCode
         let retryAfter = headers["retry-after"].flatMap { parseRetryAfter($0, now: now) }
 
+        // The HTTP status decides the class first: a 5xx or 429 is never a dead token, whatever the
+        // body says (scripts/fuzz found a 500 whose body said NOT_FOUND being taken for UNREGISTERED).
+        if status == 429 || (status < 500 && code == "QUOTA_EXCEEDED") {
+            return .outcome(.retry(reason: "QUOTA_EXCEEDED", after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
+        }
+        if status >= 500 {
+            let reason = status == 503 ? "UNAVAILABLE" : status == 500 ? "INTERNAL" : "HTTP \(status)"
+            return .outcome(.retry(reason: reason, after: retryAfter, minimumBackoff: nil))
+        }
         if code == "UNREGISTERED" || (code == nil && (status == 404 || error?.status == "NOT_FOUND")) {
             return .outcome(.tokenInvalid(reason: "UNREGISTERED"))
         }
         if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
         if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
-        if code == "QUOTA_EXCEEDED" || status == 429 {
-            return .outcome(.retry(reason: "QUOTA_EXCEEDED", after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
-        }
-        if code == "UNAVAILABLE" || status == 503 { return .outcome(.retry(reason: "UNAVAILABLE", after: retryAfter, minimumBackoff: nil)) }
-        if code == "INTERNAL" || status == 500 { return .outcome(.retry(reason: "INTERNAL", after: retryAfter, minimumBackoff: nil)) }
+        if code == "UNAVAILABLE" || code == "INTERNAL" { return .outcome(.retry(reason: code!, after: retryAfter, minimumBackoff: nil)) }
         if status == 400 || code == "INVALID_ARGUMENT" {
             if let fields = error?.badRequestFields {
                 // A payload bug: the device is fine, the message is not.
@@ -73,7 +78,6 @@ public enum FCMResponseClassifier {
         }
         if status == 401 { return .unauthenticated }
         if status == 403 { return .outcome(.permanentFailure(reason: error?.status ?? "PERMISSION_DENIED")) }
-        if status >= 500 { return .outcome(.retry(reason: "HTTP \(status)", after: retryAfter, minimumBackoff: nil)) }
         return .outcome(.permanentFailure(reason: code ?? error?.status ?? "HTTP \(status)"))
     }
 
@@ -97,19 +101,28 @@ public enum FCMResponseClassifier {
         return String(decoding: body[valueStart..<valueEnd], as: UTF8.self)
     }
 
-    /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3); a past date means now.
+    /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3, IMF-fixdate
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`); a past date means now. Parsed by hand: Foundation's
+    /// DateFormatter leaks on Linux (found by scripts/fuzz), and this runs during FCM outages.
     public static func parseRetryAfter(_ value: String, now: Date) -> Duration? {
         let trimmed = value.trimmingCharacters(in: .whitespaces)
         if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-            formatter.dateFormat = format
-            if let date = formatter.date(from: trimmed) {
-                return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
-            }
-        }
-        return nil
+        let parts = trimmed.split(separator: " ")
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        guard parts.count == 6, parts[0].hasSuffix(","), parts[5] == "GMT",
+              let day = Int(parts[1]), let monthIndex = months.firstIndex(of: String(parts[2])), let year = Int(parts[3]),
+              (1...31).contains(day), (1970...9999).contains(year) else { return nil }
+        let clock = parts[4].split(separator: ":")
+        guard clock.count == 3, let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
+              (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
+        // Days since 1970-01-01 (proleptic Gregorian, Howard Hinnant's days_from_civil).
+        let month = monthIndex + 1
+        let y = month <= 2 ? year - 1 : year
+        let era = y / 400
+        let yoe = y - era * 400
+        let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1
+        let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+        let date = Date(timeIntervalSince1970: TimeInterval(days * 86_400 + hour * 3600 + minute * 60 + second))
+        return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
     }
 }

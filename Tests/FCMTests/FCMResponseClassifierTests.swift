@@ -56,6 +56,14 @@ struct FCMResponseClassifierTests {
         #expect(classify(502, Array("<html>bad gateway</html>".utf8)) == .outcome(.retry(reason: "HTTP 502", after: nil, minimumBackoff: nil)))
     }
 
+    /// Found by scripts/fuzz: the HTTP status decides first; a 5xx never disables a device.
+    @Test func serverError_withAMisleadingBody_isNeverADeadToken() {
+        #expect(classify(500, Self.body(500, "NOT_FOUND")) == .outcome(.retry(reason: "INTERNAL", after: nil, minimumBackoff: nil)))
+        #expect(classify(503, Self.body(503, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)))
+        #expect(classify(429, Self.body(429, "NOT_FOUND", fcm: "SENDER_ID_MISMATCH"))
+                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+    }
+
     @Test func quotaExceeded_retryAfterWhenGivenElseAtLeastSixtySeconds() {
         #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"), headers: ["retry-after": "7"])
                 == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: .seconds(7), minimumBackoff: nil)))
