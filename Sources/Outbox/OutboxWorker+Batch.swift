@@ -206,13 +206,22 @@ final class DeliveryRecorder: @unchecked Sendable {
                 for waiter in waiters { waiter.resume() }
                 return
             }
-            do {
-                let summary = try await store.complete(deliveries: batch, events: [], finished: [], token: token, maxAttempts: maxAttempts,
-                                                       durable: false)
-                lock.withLock { disabled += summary.disabledDevices }
-            } catch {
-                // Unwritten results are not lost: the deliveries stay PENDING under an expiring lease.
-                lock.withLock { if failure == nil { failure = error } }
+            // A result that cannot be written means a duplicate push later, so ride out a short database
+            // outage (restart, failover) before giving up; the deliveries stay PENDING under their lease.
+            var attempt = 0
+            while true {
+                do {
+                    let summary = try await store.complete(deliveries: batch, events: [], finished: [], token: token,
+                                                           maxAttempts: maxAttempts, durable: false)
+                    lock.withLock { disabled += summary.disabledDevices }
+                    break
+                } catch let error as PostgresError where error.isConnectionError && attempt < 20 {
+                    attempt += 1
+                    try? await Task.sleep(for: .milliseconds(250))
+                } catch {
+                    lock.withLock { if failure == nil { failure = error } }
+                    break
+                }
             }
         }
     }

@@ -68,6 +68,10 @@ public enum WorkerApp {
             let size = rest.count == 2 && rest[0] == "--batch" ? Int(rest[1]) ?? 100 : 100
             print(PgbenchScript.script(batchSize: size), terminator: "")
             return ExitStatus.ok
+        case "claim-sql":
+            // Undocumented: the claim statement, for scripts/claim-plan.
+            print(OutboxStore.claimSQL)
+            return ExitStatus.ok
         case "redrive":
             var eventId: Int64?
             if !rest.isEmpty {
