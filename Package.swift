@@ -43,6 +43,8 @@ let package = Package(
         // The loopback FCM + Google OAuth emulator (tests, demo, benchmark).
         .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto"]),
         .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
+        // The FCM sender alone, for scripts/bench-sender.
+        .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "HTTP", "Logging", "Metrics"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
