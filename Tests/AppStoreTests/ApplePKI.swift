@@ -12,6 +12,9 @@ struct ApplePKI: Sendable {
     let trustedChain: [String]
     let untrustedChain: [String]
     let noOIDChain: [String]
+    /// Trusted root → an intermediate WITHOUT Apple's OID → a leaf with its OID.
+    let noIntermediateOIDChain: [String]
+    let noIntermediateOIDLeafKeyPEM: String
     let leafKeyPEM: String
     let untrustedLeafKeyPEM: String
     let noOIDLeafKeyPEM: String
@@ -58,6 +61,19 @@ struct ApplePKI: Sendable {
         try TLSFixtures.openssl(["x509", "-in", "\(d)/nooid-leaf2.pem", "-outform", "DER", "-out", "\(d)/nooid-leaf2.der"])
         noOIDChain = [try Data(contentsOf: URL(fileURLWithPath: "\(d)/nooid-leaf2.der")).base64EncodedString(), trustedChain[1], trustedChain[2]]
         _ = noOID
+        try write("plainint.ext", "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n")
+        for name in ["plainint", "plainleaf"] { try key(name) }
+        try TLSFixtures.openssl(["req", "-new", "-key", "\(d)/plainint.key", "-subj", "/CN=plain intermediate", "-out", "\(d)/plainint.csr"])
+        try TLSFixtures.openssl(["x509", "-req", "-in", "\(d)/plainint.csr", "-CA", "\(d)/trusted-root.pem", "-CAkey", "\(d)/trusted-root.key",
+                                 "-CAcreateserial", "-days", "30", "-extfile", "\(d)/plainint.ext", "-out", "\(d)/plainint.pem"])
+        try TLSFixtures.openssl(["req", "-new", "-key", "\(d)/plainleaf.key", "-subj", "/CN=plain leaf", "-out", "\(d)/plainleaf.csr"])
+        try TLSFixtures.openssl(["x509", "-req", "-in", "\(d)/plainleaf.csr", "-CA", "\(d)/plainint.pem", "-CAkey", "\(d)/plainint.key",
+                                 "-CAcreateserial", "-days", "30", "-extfile", "\(d)/leaf.ext", "-out", "\(d)/plainleaf.pem"])
+        noIntermediateOIDChain = try ["plainleaf", "plainint"].map { name in
+            try TLSFixtures.openssl(["x509", "-in", "\(d)/\(name).pem", "-outform", "DER", "-out", "\(d)/\(name).der"])
+            return try Data(contentsOf: URL(fileURLWithPath: "\(d)/\(name).der")).base64EncodedString()
+        } + [trustedChain[2]]
+        noIntermediateOIDLeafKeyPEM = try String(contentsOfFile: "\(d)/plainleaf.key", encoding: .utf8)
         rootPEM = try String(contentsOfFile: "\(d)/trusted-root.pem", encoding: .utf8)
         leafKeyPEM = try String(contentsOfFile: "\(d)/trusted-leaf.key", encoding: .utf8)
         untrustedLeafKeyPEM = try String(contentsOfFile: "\(d)/evil-leaf.key", encoding: .utf8)
