@@ -13,10 +13,7 @@ struct GracefulStopTests {
     @Test func stopDuringHungSends_releasesEverythingUnfinished() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "fast-token")
-            try db.device(owner: "c1", token: "hung-token")
+            try db.caredForPatient(tokens: ["fast-token", "hung-token"])
             for group in 0..<5 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
             let started = AsyncStream<Void>.makeStream()
             let sender = SlowSender(slowToken: "hung-token", delay: 3) { started.continuation.yield() }

@@ -30,6 +30,13 @@ struct Fixtures {
         return id
     }
 
+    /// Patient `p1` with caregiver `c1` (ACTIVE link) and one enabled device per token.
+    func caredForPatient(tokens: [String]) throws {
+        try patient("p1")
+        try link(caregiver: "c1", patient: "p1")
+        for token in tokens { try device(owner: "c1", token: token) }
+    }
+
     /// The web API's documented enqueue statement.
     @discardableResult
     func enqueue(patient: String, payload: String, eventType: String = "DOSE_TAKEN") throws -> Int64 {

@@ -51,10 +51,7 @@ struct PipelineTests {
     @Test func sameRecordingGroupTwice_onePushPerDevice() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
-            try db.device(owner: "c1", token: "token-b")
+            try db.caredForPatient(tokens: ["token-a", "token-b"])
             let first = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-same"))
             let sender = ScriptedSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
@@ -71,9 +68,7 @@ struct PipelineTests {
     @Test func badInput_goesDeadWhileAGoodEventBehindItIsSent() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
+            try db.caredForPatient(tokens: ["token-a"])
             let bad = [
                 try db.enqueue(patient: "p1", payload: "{}", eventType: "DOSE_SKIPPED"),
                 try db.enqueue(patient: "p1", payload: "[]"),
@@ -99,9 +94,7 @@ struct PipelineTests {
     @Test func retry_honoursRetryAfterAndKeepsDeliveryPending() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
+            try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let sender = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: .seconds(120), minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: sender).0.drain()
@@ -121,9 +114,7 @@ struct PipelineTests {
     @Test func quotaExceededWithoutRetryAfter_backsOffAtLeastSixtySeconds() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
+            try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let sender = ScriptedSender { _ in .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
             try await makeWorker(conninfo, sender: sender).0.drain()
@@ -136,9 +127,7 @@ struct PipelineTests {
     @Test func attemptsExhausted_eventGoesDeadAndRedriveRevivesIt() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
+            try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let failing = ScriptedSender { _ in .retry(reason: "INTERNAL", after: nil, minimumBackoff: nil) }
             let (worker, _, _) = makeWorker(conninfo, sender: failing) { $0.maxAttempts = 3 }
@@ -165,9 +154,7 @@ struct PipelineTests {
     @Test func staleEvent_isExpiredWithoutSending() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            try db.device(owner: "c1", token: "token-a")
+            try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = $1"#, [.int(id)])
             let sender = ScriptedSender()
