@@ -143,7 +143,7 @@ extension OutboxStore {
             if !events.isEmpty {
                 let rows = try connection.query(Self.completeEventsSQL, [
                     .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
-                    .doubleArray(events.map(\.retryDelay.seconds)), .optionalTextArray(events.map(\.error)),
+                    .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
                     .int(maxAttempts), tokenText,
                 ])
                 for row in rows { summary.eventStatuses[Int64(try row["id"].int())] = try row["status"].string() }

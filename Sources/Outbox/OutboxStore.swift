@@ -53,7 +53,7 @@ public struct OutboxStore: Sendable {
     /// Claims up to `limit` due events under `token`.
     public func claim(limit: Int, workerId: String, token: UUID, lease: Duration, maxAge: Duration) async throws -> [ClaimedEvent] {
         let rows = try await client.query(Self.claimSQL, [
-            .int(limit), .text(workerId), .text(token.uuidString), .double(lease.seconds), .double(maxAge.seconds),
+            .int(limit), .text(workerId), .text(token.uuidString), .double(lease.asSeconds), .double(maxAge.asSeconds),
         ])
         return try rows.map { row in
             ClaimedEvent(id: Int64(try row["id"].int()), eventType: try row["eventType"].string(),
@@ -126,7 +126,7 @@ public struct OutboxStore: Sendable {
             try connection.query(Self.fanOutSQL, [.textArray(known.map(\.eventKey)), .textArray(known.map(\.patientId))])
             let keys = Array(Set(known.map(\.eventKey)))
             try connection.query(Self.failDisabledSQL, [.textArray(keys)])
-            let rows = try connection.query(Self.claimDeliveriesSQL, [.textArray(keys), .text(token.uuidString), .double(lease.seconds)])
+            let rows = try connection.query(Self.claimDeliveriesSQL, [.textArray(keys), .text(token.uuidString), .double(lease.asSeconds)])
             let deliveries = try rows.map { row in
                 ClaimedDelivery(id: try row["id"].string(), eventKey: try row["eventKey"].string(),
                                 deviceId: try row["pushDeviceId"].string(), token: try row["token"].string(),
@@ -134,12 +134,5 @@ public struct OutboxStore: Sendable {
             }
             return FanOut(displayNames: names, deliveries: deliveries)
         }
-    }
-}
-
-extension Duration {
-    /// The duration in (fractional) seconds.
-    var seconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }
