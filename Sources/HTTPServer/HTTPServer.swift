@@ -30,7 +30,16 @@ public final class HTTPServer: @unchecked Sendable {
         let context = Unmanaged.passUnretained(self).toOpaque()
         let strings = tlsStrings
         let isV6 = host.contains(":")
-        var started: OpaquePointer?
+        // One start call for either address family; only the sockaddr differs.
+        func start<Address>(_ address: inout Address) -> OpaquePointer? {
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    mw_mhd_start(mw_mhd_flags_threaded(isV6 ? 1 : 0), $0, accessHandler, context, requestCompleted, nil,
+                                 connectionNotified, context, strings?.key, strings?.cert)
+                }
+            }
+        }
+        let started: OpaquePointer?
         if isV6 {
             var address = sockaddr_in6()
             address.sin6_family = sa_family_t(AF_INET6)
@@ -39,12 +48,7 @@ public final class HTTPServer: @unchecked Sendable {
                 Self.free(tlsStrings)
                 throw HTTPServerError("\(host) is not an IPv6 address")
             }
-            started = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    mw_mhd_start(mw_mhd_flags_threaded(1), $0, accessHandler, context, requestCompleted, nil,
-                                 connectionNotified, context, strings?.key, strings?.cert)
-                }
-            }
+            started = start(&address)
         } else {
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
@@ -54,12 +58,7 @@ public final class HTTPServer: @unchecked Sendable {
                 Self.free(tlsStrings)
                 throw HTTPServerError("\(host) is not an IPv4 address")
             }
-            started = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    mw_mhd_start(mw_mhd_flags_threaded(0), $0, accessHandler, context, requestCompleted, nil,
-                                 connectionNotified, context, strings?.key, strings?.cert)
-                }
-            }
+            started = start(&address)
         }
         guard let started else {
             Self.free(tlsStrings)
