@@ -5,7 +5,7 @@ import PackageDescription
 /// No package dependencies: only the toolchain and Debian's C libraries via module maps.
 let package = Package(
     name: "medication-worker",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "medication-worker", targets: ["medication-worker"]),
         .executable(name: "fcm-emulator", targets: ["fcm-emulator"]),
@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "FCM", "FCMEmulator", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

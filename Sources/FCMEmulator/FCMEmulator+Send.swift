@@ -62,6 +62,11 @@ extension FCMEmulator {
             }
         }
 
+        // "slow{ms}-…": a device FCM answers late (each request has its own connection thread here).
+        if token.hasPrefix("slow"), let dash = token.firstIndex(of: "-"),
+           let milliseconds = Int(token[token.index(token.startIndex, offsetBy: 4)..<dash]) {
+            usleep(useconds_t(min(milliseconds, 60_000)) * 1000)
+        }
         let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
             ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
             ("mismatch-", { Self.googleError(403, "PERMISSION_DENIED", "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH") }),

@@ -5,6 +5,8 @@ public struct DoseTakenEvent: Sendable, Equatable {
     public static let eventType = "DOSE_TAKEN"
     /// Valid `slot` values.
     public static let slots: Set<String> = ["morning", "noon", "evening", "bedtime"]
+    /// Longest `recordingGroupId` accepted (SPEC §3 "Bad input"): the key must fit the delivery index.
+    public static let maxRecordingGroupIdLength = 200
 
     public var patientId: String
     /// `YYYY-MM-DD`.
@@ -50,6 +52,10 @@ public struct DoseTakenEvent: Sendable, Equatable {
         case nil, .null?: recordingGroupId = nil
         case .string(let value)?:
             guard !value.isEmpty else { throw Invalid("payload.recordingGroupId is an empty string (omit it or use null)") }
+            let length = value.count
+            guard length <= maxRecordingGroupIdLength else {
+                throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxRecordingGroupIdLength) are allowed")
+            }
             recordingGroupId = value
         case let other?: throw Invalid("payload.recordingGroupId is a \(other.typeName), expected a string or null")
         }
@@ -81,14 +87,12 @@ public struct DoseTakenEvent: Sendable, Equatable {
         }
     }
 
-    private static let tokyo = TimeZone(identifier: "Asia/Tokyo")!
-
-    /// `HH:mm` of an instant in Asia/Tokyo.
+    /// `HH:mm` of an instant in Asia/Tokyo, which has kept UTC+09:00 without daylight saving since 1951.
     static func tokyoHourMinute(_ date: Date) -> String {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = tokyo
-        let parts = calendar.dateComponents([.hour, .minute], from: date)
-        return String(format: "%02d:%02d", parts.hour ?? 0, parts.minute ?? 0)
+        let seconds = Int((date.timeIntervalSince1970 + 9 * 3600).rounded(.down))
+        let ofDay = ((seconds % 86_400) + 86_400) % 86_400
+        let hour = ofDay / 3600, minute = ofDay % 3600 / 60
+        return (hour < 10 ? "0" : "") + String(hour) + ":" + (minute < 10 ? "0" : "") + String(minute)
     }
 
     static func isCalendarDate(_ text: String) -> Bool {
@@ -103,14 +107,65 @@ public struct DoseTakenEvent: Sendable, Equatable {
         return day <= lengths[month - 1]
     }
 
-    /// ISO-8601 date-time with an explicit offset (`Z` or `±HH:MM`), optional fractional seconds.
+    /// ISO-8601 date-time with an explicit offset (`Z` or `±HH:MM`), optional fractional seconds:
+    /// `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)`, parsed over bytes (no formatter per call).
     static func parseTimestamp(_ text: String) -> Date? {
-        guard text.count <= 40, text.count >= 20 else { return nil }
-        let plain = ISO8601DateFormatter()
-        plain.formatOptions = [.withInternetDateTime]
-        if let date = plain.date(from: text) { return date }
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text)
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, bytes.count <= 40 else { return nil }
+        func number(_ from: Int, _ length: Int) -> Int? {
+            var value = 0
+            for index in from..<(from + length) {
+                let byte = bytes[index]
+                guard byte >= 0x30, byte <= 0x39 else { return nil }
+                value = value * 10 + Int(byte - 0x30)
+            }
+            return value
+        }
+        guard bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: "t"),
+              bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+              let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
+              isCalendarDate(String(decoding: bytes[0..<10], as: UTF8.self)), hour < 24, minute < 60, second < 61 else { return nil }
+        var index = 19
+        var fraction = 0.0
+        if bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            var scale = 0.1
+            let start = index
+            while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 {
+                fraction += Double(bytes[index] - 0x30) * scale
+                scale /= 10
+                index += 1
+            }
+            guard index > start else { return nil }
+        }
+        guard index < bytes.count else { return nil }
+        var offset = 0
+        switch bytes[index] {
+        case UInt8(ascii: "Z"), UInt8(ascii: "z"):
+            index += 1
+        case UInt8(ascii: "+"), UInt8(ascii: "-"):
+            guard index + 6 == bytes.count, bytes[index + 3] == UInt8(ascii: ":"),
+                  let offsetHours = number(index + 1, 2), let offsetMinutes = number(index + 4, 2),
+                  offsetHours < 24, offsetMinutes < 60 else { return nil }
+            offset = (offsetHours * 3600 + offsetMinutes * 60) * (bytes[index] == UInt8(ascii: "-") ? -1 : 1)
+            index += 6
+        default:
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + min(second, 59) - offset
+        return Date(timeIntervalSince1970: Double(seconds) + fraction)
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
     }
 }

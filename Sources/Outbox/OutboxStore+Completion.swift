@@ -1,57 +1,32 @@
+import FCM
 import Foundation
 import Postgres
 
 extension OutboxStore {
-    /// The outcome of one delivery, ready to be written.
-    public enum DeliveryResult: Sendable {
-        case sent(messageName: String)
-        case failed(reason: String)
-        /// Failed, and the device's token is dead: disable it unless re-registered after `claimedAt`.
-        case tokenInvalid(reason: String, deviceId: String, claimedAt: Date)
-        case retry(reason: String)
-    }
-
-    /// The outcome of one event, ready to be written.
-    public struct EventCompletion: Sendable {
-        public var id: Int64
-        public var eventKey: String
-        /// Delay before the next attempt if deliveries are still pending.
-        public var retryDelay: Duration
-        /// Recorded as `"lastError"` when the event stays PENDING or goes DEAD.
-        public var error: String?
-
-        public init(id: Int64, eventKey: String, retryDelay: Duration, error: String? = nil) {
-            self.id = id
-            self.eventKey = eventKey
-            self.retryDelay = retryDelay
-            self.error = error
-        }
-    }
-
-    public static let markSentSQL = """
+    static let markSentSQL = """
         UPDATE "PushDelivery" pd
         SET status = 'SENT', "sentAt" = now(), "fcmMessageId" = v.name, "lastError" = NULL,
             "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[]) AS v(id, name)
-        WHERE pd.id = v.id AND pd."leaseToken" = $3::uuid AND pd.status = 'PENDING'
+        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, name, token)
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
         """
 
-    public static let markFailedSQL = """
+    static let markFailedSQL = """
         UPDATE "PushDelivery" pd
         SET status = 'FAILED', "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[]) AS v(id, reason)
-        WHERE pd.id = v.id AND pd."leaseToken" = $3::uuid AND pd.status = 'PENDING'
+        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, reason, token)
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
         """
 
-    public static let markRetrySQL = """
+    static let markRetrySQL = """
         UPDATE "PushDelivery" pd
         SET "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[]) AS v(id, reason)
-        WHERE pd.id = v.id AND pd."leaseToken" = $3::uuid AND pd.status = 'PENDING'
+        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, reason, token)
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
         """
 
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began.
-    public static let disableDevicesSQL = """
+    static let disableDevicesSQL = """
         UPDATE "PushDevice" d
         SET "isEnabled" = false, "updatedAt" = now()
         FROM unnest($1::text[], $2::timestamptz[]) AS v(id, started)
@@ -60,9 +35,10 @@ extension OutboxStore {
         """
 
     /// DONE when no delivery of the key is PENDING; else DEAD after the last attempt, else due again after the delay.
-    public static let completeEventsSQL = """
+    static let completeEventsSQL = """
         WITH v AS (
-            SELECT * FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::text[]) AS v(id, key, delay, err)
+            SELECT * FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::text[], $6::uuid[])
+                AS v(id, key, delay, err, token)
         ), p AS (
             SELECT v.*, EXISTS (
                 SELECT 1 FROM "PushDelivery" pd WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
@@ -78,98 +54,182 @@ extension OutboxStore {
                                ELSE p.err END,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM p
-        WHERE o.id = p.id AND o."leaseToken" = $6::uuid AND o.status = 'PENDING'
+        WHERE o.id = p.id AND o."leaseToken" = p.token AND o.status = 'PENDING'
         RETURNING o.id, o.status
         """
 
     /// Final states decided without sending (bad input → DEAD, too old → EXPIRED).
-    public static let finishEventsSQL = """
+    static let finishEventsSQL = """
         UPDATE "PushOutbox" o
         SET status = v.status, "processedAt" = now(), "lastError" = v.err,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::bigint[], $2::text[], $3::text[]) AS v(id, status, err)
-        WHERE o.id = v.id AND o."leaseToken" = $4::uuid AND o.status = 'PENDING'
+        FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[]) AS v(id, status, err, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = 'PENDING'
         """
 
-    /// What the completion wrote.
-    public struct CompletionSummary: Sendable {
+    /// What a completion wrote.
+    struct CompletionSummary: Sendable {
         /// Event id → status written (events whose lease was lost are absent).
-        public var eventStatuses: [Int64: String] = [:]
+        var eventStatuses: [Int64: String] = [:]
         /// Devices actually disabled.
-        public var disabledDevices: [String] = []
+        var disabledDevices: [String] = []
     }
 
-    /// Writes delivery results and event outcomes in one transaction, guarded by the lease token:
-    /// a worker that lost its lease changes nothing.
-    public func complete(deliveries: [(id: String, result: DeliveryResult)], events: [EventCompletion],
-                         finished: [(id: Int64, status: String, error: String)], token: UUID, maxAttempts: Int,
-                         durable: Bool = true) async throws -> CompletionSummary {
-        try await client.withTransaction { connection in
-            if !durable {
-                // Per-delivery results: if PostgreSQL itself crashes before flushing this commit, the
-                // delivery is still PENDING and is sent again (a duplicate, never a loss). A worker
-                // crash loses nothing: the commit is already in PostgreSQL's memory.
-                try connection.query("SET LOCAL synchronous_commit = off")
-            }
-            var sent: ([String], [String]) = ([], [])
-            var failed: ([String], [String]) = ([], [])
-            var retry: ([String], [String]) = ([], [])
-            var disable: ([String], [Date]) = ([], [])
-            for (id, result) in deliveries {
-                switch result {
-                case .sent(let name): sent.0.append(id); sent.1.append(name)
-                case .failed(let reason): failed.0.append(id); failed.1.append(reason)
-                case .retry(let reason): retry.0.append(id); retry.1.append(reason)
-                case .tokenInvalid(let reason, let deviceId, let claimedAt):
-                    failed.0.append(id); failed.1.append(reason)
-                    disable.0.append(deviceId); disable.1.append(claimedAt)
-                }
-            }
-            let tokenText = PostgresValue.text(token.uuidString)
-            if !sent.0.isEmpty { try connection.query(Self.markSentSQL, [.textArray(sent.0), .textArray(sent.1), tokenText]) }
-            if !failed.0.isEmpty { try connection.query(Self.markFailedSQL, [.textArray(failed.0), .textArray(failed.1), tokenText]) }
-            if !retry.0.isEmpty { try connection.query(Self.markRetrySQL, [.textArray(retry.0), .textArray(retry.1), tokenText]) }
-            var summary = CompletionSummary()
-            if !disable.0.isEmpty {
-                summary.disabledDevices = try connection.query(Self.disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)])
-                    .map { try $0["id"].string() }
-            }
-            if !finished.isEmpty {
-                try connection.query(Self.finishEventsSQL, [
-                    .intArray(finished.map(\.id)), .textArray(finished.map(\.status)), .textArray(finished.map(\.error)), tokenText,
-                ])
-                for item in finished { summary.eventStatuses[item.id] = item.status }
-            }
-            if !events.isEmpty {
-                let rows = try connection.query(Self.completeEventsSQL, [
-                    .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
-                    .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
-                    .int(maxAttempts), tokenText,
-                ])
-                for row in rows { summary.eventStatuses[Int64(try row["id"].int())] = try row["status"].string() }
-            }
-            return summary
+    /// Everything one completer flush writes, in one transaction.
+    struct Completion: Sendable {
+        var deliveries: [DeliveryResult] = []
+        var settlements: [EventSettlement] = []
+        var finished: [FinishedEvent] = []
+        /// Events given back unfinished (stop): due again at once, the attempt uncounted.
+        var releasedEvents: [(id: Int64, lease: LeaseToken)] = []
+        /// Deliveries never sent (stop, lost event lease): their lease is cleared.
+        var releasedDeliveries: [(id: String, lease: LeaseToken)] = []
+
+        var count: Int { deliveries.count + settlements.count + finished.count + releasedEvents.count + releasedDeliveries.count }
+        var isEmpty: Bool { count == 0 }
+
+        /// Each item on its own, to isolate one that a statement refuses.
+        var singles: [Completion] {
+            deliveries.map { Completion(deliveries: [$0]) } + settlements.map { Completion(settlements: [$0]) }
+                + finished.map { Completion(finished: [$0]) } + releasedEvents.map { Completion(releasedEvents: [$0]) }
+                + releasedDeliveries.map { Completion(releasedDeliveries: [$0]) }
+        }
+
+        mutating func append(_ other: Completion) {
+            deliveries += other.deliveries
+            settlements += other.settlements
+            finished += other.finished
+            releasedEvents += other.releasedEvents
+            releasedDeliveries += other.releasedDeliveries
         }
     }
 
-    public static let releaseEventsSQL = """
-        UPDATE "PushOutbox"
-        SET "availableAt" = now(), attempts = greatest(attempts - 1, 0),
-            "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        WHERE id = ANY($1::bigint[]) AND "leaseToken" = $2::uuid AND status = 'PENDING'
-        """
-
-    public static let releaseDeliveriesSQL = """
-        UPDATE "PushDelivery"
-        SET "leaseToken" = NULL, "leaseExpiresAt" = NULL, attempts = greatest(attempts - 1, 0)
-        WHERE "leaseToken" = $1::uuid AND status = 'PENDING'
-        """
-
-    /// Gives unfinished work back (graceful stop): the events are due again at once, the attempt uncounted.
-    public func release(eventIds: [Int64], token: UUID) async throws {
+    /// Writes delivery results first, then event outcomes (which look at the deliveries), in one
+    /// transaction, each row guarded by its own lease token.
+    func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
         try await client.withTransaction { connection in
-            try connection.query(Self.releaseDeliveriesSQL, [.text(token.uuidString)])
-            try connection.query(Self.releaseEventsSQL, [.intArray(eventIds), .text(token.uuidString)])
+            try Self.write(completion, maxAttempts: maxAttempts, on: connection)
+        }
+    }
+
+    static func write(_ completion: Completion, maxAttempts: Int, on connection: PostgresConnection) throws -> CompletionSummary {
+        var sent = ([String](), [String](), [String]())
+        var failed = ([String](), [String](), [String]())
+        var retry = ([String](), [String](), [String]())
+        var disable = ([String](), [Date]())
+        for result in completion.deliveries {
+            switch result.outcome {
+            case .sent(let name):
+                sent.0.append(result.deliveryId); sent.1.append(name); sent.2.append(result.lease.text)
+            case .permanentFailure(let reason):
+                failed.0.append(result.deliveryId); failed.1.append(reason); failed.2.append(result.lease.text)
+            case .retry(let reason, _, _):
+                retry.0.append(result.deliveryId); retry.1.append(reason); retry.2.append(result.lease.text)
+            case .tokenInvalid(let reason):
+                failed.0.append(result.deliveryId); failed.1.append(reason); failed.2.append(result.lease.text)
+                disable.0.append(result.deviceId); disable.1.append(result.claimedAt)
+            }
+        }
+        if !sent.0.isEmpty { try connection.query(markSentSQL, [.textArray(sent.0), .textArray(sent.1), .textArray(sent.2)]) }
+        if !failed.0.isEmpty { try connection.query(markFailedSQL, [.textArray(failed.0), .textArray(failed.1), .textArray(failed.2)]) }
+        if !retry.0.isEmpty { try connection.query(markRetrySQL, [.textArray(retry.0), .textArray(retry.1), .textArray(retry.2)]) }
+        var summary = CompletionSummary()
+        if !disable.0.isEmpty {
+            summary.disabledDevices = try connection.query(disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)])
+                .map { try $0[0].string() }
+        }
+        let finished = completion.finished
+        if !finished.isEmpty {
+            try connection.query(finishEventsSQL, [
+                .intArray(finished.map(\.id)), .textArray(finished.map(\.status.rawValue)), .textArray(finished.map(\.reason)),
+                .textArray(finished.map(\.lease.text)),
+            ])
+            for item in finished { summary.eventStatuses[item.id] = item.status.rawValue }
+        }
+        let events = completion.settlements
+        if !events.isEmpty {
+            let rows = try connection.query(completeEventsSQL, [
+                .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
+                .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
+                .int(maxAttempts), .textArray(events.map(\.lease.text)),
+            ])
+            for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].string() }
+        }
+        let releasedDeliveries = completion.releasedDeliveries
+        if !releasedDeliveries.isEmpty {
+            try connection.query(releaseDeliveriesSQL, [.textArray(releasedDeliveries.map(\.id)), .textArray(releasedDeliveries.map(\.lease.text))])
+        }
+        let releasedEvents = completion.releasedEvents
+        if !releasedEvents.isEmpty {
+            try connection.query(releaseEventsSQL, [.intArray(releasedEvents.map(\.id)), .textArray(releasedEvents.map(\.lease.text))])
+        }
+        return summary
+    }
+
+    static let releaseEventsSQL = """
+        UPDATE "PushOutbox" o
+        SET "availableAt" = now(), attempts = greatest(o.attempts - 1, 0),
+            "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+        FROM unnest($1::bigint[], $2::uuid[]) AS v(id, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = 'PENDING'
+        """
+
+    static let releaseDeliveriesSQL = """
+        UPDATE "PushDelivery" pd
+        SET "leaseToken" = NULL, "leaseExpiresAt" = NULL, attempts = greatest(pd.attempts - 1, 0)
+        FROM unnest($1::text[], $2::uuid[]) AS v(id, token)
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
+        """
+
+    /// Gives work that was never sent back (graceful stop, claim failure): due again at once, the attempt uncounted.
+    func release(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) async throws {
+        guard !events.isEmpty || !deliveries.isEmpty else { return }
+        try await client.withTransaction { connection in
+            if !deliveries.isEmpty {
+                try connection.query(Self.releaseDeliveriesSQL, [.textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text))])
+            }
+            if !events.isEmpty {
+                try connection.query(Self.releaseEventsSQL, [.intArray(events.map(\.id)), .textArray(events.map(\.lease.text))])
+            }
+        }
+    }
+
+    // MARK: Lease heartbeat
+
+    static let extendEventsSQL = """
+        UPDATE "PushOutbox" o
+        SET "leaseExpiresAt" = now() + make_interval(secs => $3::double precision),
+            "availableAt" = now() + make_interval(secs => $3::double precision)
+        FROM unnest($1::bigint[], $2::uuid[]) AS v(id, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = 'PENDING'
+        RETURNING o.id
+        """
+
+    static let extendDeliveriesSQL = """
+        UPDATE "PushDelivery" pd
+        SET "leaseExpiresAt" = now() + make_interval(secs => $3::double precision)
+        FROM unnest($1::text[], $2::uuid[]) AS v(id, token)
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
+        RETURNING pd.id
+        """
+
+    /// Extends the leases still held; returns the events and deliveries whose lease was confirmed.
+    func extendLeases(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)],
+                      lease: Duration) async throws -> (events: Set<Int64>, deliveries: Set<String>) {
+        try await client.withTransaction { connection in
+            var keptEvents = Set<Int64>()
+            var keptDeliveries = Set<String>()
+            if !events.isEmpty {
+                for row in try connection.query(Self.extendEventsSQL, [
+                    .intArray(events.map(\.id)), .textArray(events.map(\.lease.text)), .double(lease.asSeconds),
+                ]) { keptEvents.insert(Int64(try row[0].int())) }
+            }
+            if !deliveries.isEmpty {
+                for row in try connection.query(Self.extendDeliveriesSQL, [
+                    .textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text)), .double(lease.asSeconds),
+                ]) { keptDeliveries.insert(try row[0].string()) }
+            }
+            return (keptEvents, keptDeliveries)
         }
     }
 }

@@ -3,37 +3,15 @@ import Postgres
 
 /// Every SQL statement of the delivery pipeline. Each method is one short transaction; no
 /// transaction stays open while HTTP requests are in flight.
-public struct OutboxStore: Sendable {
+struct OutboxStore: Sendable {
     let client: PostgresClient
 
-    public init(client: PostgresClient) { self.client = client }
-
-    /// A claimed outbox row.
-    public struct ClaimedEvent: Sendable {
-        public var id: Int64
-        public var eventType: String
-        public var patientId: String
-        public var payload: String
-        /// Attempts including this one.
-        public var attempts: Int
-        /// Older than EVENT_MAX_AGE when claimed.
-        public var expired: Bool
-    }
-
-    /// A leased PENDING delivery ready to send.
-    public struct ClaimedDelivery: Sendable {
-        public var id: String
-        public var eventKey: String
-        public var deviceId: String
-        public var token: String
-        /// Database time when the claim was made (the send's start for the re-registration guard).
-        public var claimedAt: Date
-    }
+    init(client: PostgresClient) { self.client = client }
 
     // MARK: Claim
 
     /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased for `lease`, attempt counted.
-    public static let claimSQL = """
+    static let claimSQL = """
         WITH due AS (
             SELECT id FROM "PushOutbox"
             WHERE status = 'PENDING' AND "availableAt" <= now()
@@ -50,26 +28,26 @@ public struct OutboxStore: Sendable {
                   o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired
         """
 
-    /// Claims up to `limit` due events under `token`.
-    public func claim(limit: Int, workerId: String, token: UUID, lease: Duration, maxAge: Duration) async throws -> [ClaimedEvent] {
+    /// Claims up to `limit` due events under a new lease.
+    func claim(limit: Int, workerId: String, lease: Duration, maxAge: Duration) async throws -> [ClaimedEvent] {
+        let token = LeaseToken()
         let rows = try await client.query(Self.claimSQL, [
-            .int(limit), .text(workerId), .text(token.uuidString), .double(lease.asSeconds), .double(maxAge.asSeconds),
+            .int(limit), .text(workerId), .text(token.text), .double(lease.asSeconds), .double(maxAge.asSeconds),
         ])
         return try rows.map { row in
-            ClaimedEvent(id: Int64(try row["id"].int()), eventType: try row["eventType"].string(),
-                         patientId: try row["patientId"].string(), payload: try row["payload"].string(),
-                         attempts: try row["attempts"].int(), expired: try row["expired"].bool())
+            ClaimedEvent(id: Int64(try row[0].int()), eventType: try row[1].string(), patientId: try row[2].string(),
+                         payload: try row[3].string(), attempts: try row[4].int(), expired: try row[5].bool(), lease: token)
         }.sorted { $0.id < $1.id }
     }
 
     // MARK: Fan-out
 
-    public static let patientsSQL = """
+    static let patientsSQL = """
         SELECT id, "displayName" FROM "Patient" WHERE id = ANY($1::text[])
         """
 
     /// One delivery per (event, enabled caregiver device); a device already in the table for the key is skipped.
-    public static let fanOutSQL = """
+    static let fanOutSQL = """
         INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt")
         SELECT gen_random_uuid()::text, e.key, d.id, 'PENDING', 0, now()
         FROM unnest($1::text[], $2::text[]) AS e(key, patient_id)
@@ -79,14 +57,14 @@ public struct OutboxStore: Sendable {
         """
 
     /// Records each event's key with its deliveries (retention spares deliveries of PENDING events by key).
-    public static let setEventKeysSQL = """
+    static let setEventKeysSQL = """
         UPDATE "PushOutbox" o SET "eventKey" = v.key
         FROM unnest($1::bigint[], $2::text[]) AS v(id, key)
         WHERE o.id = v.id AND o."eventKey" IS DISTINCT FROM v.key
         """
 
     /// A PENDING delivery whose device was disabled since it was inserted will never be sent.
-    public static let failDisabledSQL = """
+    static let failDisabledSQL = """
         UPDATE "PushDelivery" pd
         SET status = 'FAILED', "lastError" = 'device disabled before send', "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM "PushDevice" d
@@ -95,7 +73,7 @@ public struct OutboxStore: Sendable {
         """
 
     /// Leases every sendable PENDING delivery of the keys, including ones a crashed worker inserted.
-    public static let claimDeliveriesSQL = """
+    static let claimDeliveriesSQL = """
         UPDATE "PushDelivery" pd
         SET attempts = pd.attempts + 1, "leaseToken" = $2::uuid,
             "leaseExpiresAt" = now() + make_interval(secs => $3::double precision)
@@ -106,31 +84,43 @@ public struct OutboxStore: Sendable {
         RETURNING pd.id, pd."eventKey", pd."pushDeviceId", d.token, now() AS claimed_at
         """
 
-    /// Result of a fan-out: patients found and the deliveries this worker now holds.
-    public struct FanOut: Sendable {
-        public var displayNames: [String: String]
-        public var deliveries: [ClaimedDelivery]
+    /// An event to fan out: its key and patient.
+    struct FanOutRequest: Sendable {
+        var id: Int64
+        var eventKey: String
+        var patientId: String
     }
 
-    /// Looks up patients, inserts the deliveries of events whose patient exists, and leases every PENDING delivery.
-    public func fanOut(events: [(id: Int64, eventKey: String, patientId: String)], token: UUID, lease: Duration) async throws -> FanOut {
-        let patientIds = Array(Set(events.map(\.patientId)))
+    /// Result of a fan-out: patients found and the deliveries this worker now holds.
+    struct FanOut: Sendable {
+        var displayNames: [String: String]
+        var deliveries: [ClaimedDelivery]
+    }
+
+    /// Looks up patients, inserts the deliveries of events whose patient exists, and leases every
+    /// PENDING delivery of their keys under `token`, in one transaction.
+    func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> FanOut {
+        var patientIds = Set<String>()
+        for event in events { patientIds.insert(event.patientId) }
+        let ids = Array(patientIds)
         return try await client.withTransaction { connection in
             var names: [String: String] = [:]
-            for row in try connection.query(Self.patientsSQL, [.textArray(patientIds)]) {
-                names[try row["id"].string()] = try row["displayName"].string()
+            for row in try connection.query(Self.patientsSQL, [.textArray(ids)]) {
+                names[try row[0].string()] = try row[1].string()
             }
             let known = events.filter { names[$0.patientId] != nil }
             guard !known.isEmpty else { return FanOut(displayNames: names, deliveries: []) }
-            try connection.query(Self.setEventKeysSQL, [.intArray(known.map(\.id)), .textArray(known.map(\.eventKey))])
-            try connection.query(Self.fanOutSQL, [.textArray(known.map(\.eventKey)), .textArray(known.map(\.patientId))])
-            let keys = Array(Set(known.map(\.eventKey)))
-            try connection.query(Self.failDisabledSQL, [.textArray(keys)])
-            let rows = try connection.query(Self.claimDeliveriesSQL, [.textArray(keys), .text(token.uuidString), .double(lease.asSeconds)])
-            let deliveries = try rows.map { row in
-                ClaimedDelivery(id: try row["id"].string(), eventKey: try row["eventKey"].string(),
-                                deviceId: try row["pushDeviceId"].string(), token: try row["token"].string(),
-                                claimedAt: try row["claimed_at"].date())
+            let keys = known.map(\.eventKey)
+            try connection.query(Self.setEventKeysSQL, [.intArray(known.map(\.id)), .textArray(keys)])
+            try connection.query(Self.fanOutSQL, [.textArray(keys), .textArray(known.map(\.patientId))])
+            let uniqueKeys = Array(Set(keys))
+            try connection.query(Self.failDisabledSQL, [.textArray(uniqueKeys)])
+            let rows = try connection.query(Self.claimDeliveriesSQL, [.textArray(uniqueKeys), .text(token.text), .double(lease.asSeconds)])
+            var deliveries: [ClaimedDelivery] = []
+            deliveries.reserveCapacity(rows.count)
+            for row in rows {
+                deliveries.append(ClaimedDelivery(id: try row[0].string(), eventKey: try row[1].string(), deviceId: try row[2].string(),
+                                                  token: try row[3].string(), claimedAt: try row[4].date(), lease: token))
             }
             return FanOut(displayNames: names, deliveries: deliveries)
         }

@@ -2,6 +2,9 @@
 /// SQL ceiling measures exactly what the worker runs: one claim, one fan-out transaction and one
 /// completion transaction per batch, with every delivery SENT.
 public enum PgbenchScript {
+    /// The claim statement (for `scripts/claim-plan`).
+    public static var claimSQL: String { OutboxStore.claimSQL }
+
     /// `$n` → `:prefix_n` (pgbench variables), so `-M extended` binds them as parameters.
     static func bind(_ sql: String, _ names: [String]) -> String {
         var text = sql
@@ -19,18 +22,20 @@ public enum PgbenchScript {
             WITH c AS (\(claim))
             SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg('doseTaken:' || (payload::jsonb ->> 'recordingGroupId')), '{}') AS keys,
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
-                   coalesce(array_agg(NULL::text), '{}') AS errs FROM c \\gset
+                   coalesce(array_agg(NULL::text), '{}') AS errs,
+                   coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
             BEGIN;
             \(bind(OutboxStore.patientsSQL, ["pids"]));
             \(bind(OutboxStore.setEventKeysSQL, ["ids", "keys"]));
             \(bind(OutboxStore.fanOutSQL, ["keys", "pids"]));
             \(bind(OutboxStore.failDisabledSQL, ["keys"]));
             WITH d AS (\(bind(OutboxStore.claimDeliveriesSQL, ["keys", "token", "lease"])))
-            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names FROM d \\gset
+            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
+                   coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
             COMMIT;
             BEGIN;
-            \(bind(OutboxStore.markSentSQL, ["dids", "names", "token"]));
-            \(bind(OutboxStore.completeEventsSQL, ["ids", "keys", "delays", "errs", "maxattempts", "token"]));
+            \(bind(OutboxStore.markSentSQL, ["dids", "names", "dtokens"]));
+            \(bind(OutboxStore.completeEventsSQL, ["ids", "keys", "delays", "errs", "maxattempts", "etokens"]));
             COMMIT;
 
             """

@@ -1,20 +1,28 @@
 import Metrics
 
-/// The pipeline's Prometheus series (SPEC §5).
+/// The pipeline's counters, looked up once (per-delivery code only increments).
 struct PipelineMetrics: Sendable {
+    /// `push_deliveries_total{result}` label values.
+    enum DeliveryResultLabel: String, CaseIterable, Sendable {
+        case sent, failed
+        case tokenInvalid = "token_invalid"
+        case retry
+    }
+
     let registry: MetricsRegistry
+    private let deliveries: [Counter]
 
     init(_ registry: MetricsRegistry) {
         self.registry = registry
-        for result in ["sent", "failed", "token_invalid", "retry"] { _ = deliveries(result) }
+        deliveries = DeliveryResultLabel.allCases.map { result in
+            registry.counter("push_deliveries_total", help: "Push send attempts by result (sent, failed, token_invalid, retry).",
+                             labels: ["result": result.rawValue])
+        }
     }
 
-    private func deliveries(_ result: String) -> Counter {
-        registry.counter("push_deliveries_total", help: "Push send attempts by result (sent, failed, token_invalid, retry).",
-                         labels: ["result": result])
+    func delivered(_ result: DeliveryResultLabel) {
+        deliveries[DeliveryResultLabel.allCases.firstIndex(of: result)!].increment()
     }
-
-    func delivered(_ result: String) { deliveries(result).increment() }
 
     func tokenDisabled(_ reason: String) {
         registry.counter("push_tokens_disabled_total", help: "Devices disabled because FCM reported their token dead, by reason.",

@@ -61,15 +61,38 @@ public final class WakeSignal: @unchecked Sendable {
 public final class StopSignal: @unchecked Sendable {
     private let lock = NSLock()
     private var deadline: ContinuousClock.Instant?
+    private var handlers: [@Sendable () -> Void] = []
 
     public init() {}
 
     /// Requests a stop; in-flight work has until `grace` from now.
     public func request(grace: Duration) {
-        lock.withLock { if deadline == nil { deadline = .now + grace } }
+        let run = lock.withLock { () -> [@Sendable () -> Void] in
+            guard deadline == nil else { return [] }
+            deadline = .now + grace
+            defer { handlers.removeAll() }
+            return handlers
+        }
+        for handler in run { handler() }
+    }
+
+    /// Runs `handler` once when a stop is requested (at once if it already was).
+    public func onRequest(_ handler: @escaping @Sendable () -> Void) {
+        let now = lock.withLock { () -> Bool in
+            if deadline != nil { return true }
+            handlers.append(handler)
+            return false
+        }
+        if now { handler() }
     }
 
     public var isRequested: Bool { lock.withLock { deadline != nil } }
+
+    /// True once a stop was requested and its grace period is over.
+    public var deadlinePassed: Bool {
+        guard let deadline = lock.withLock({ deadline }) else { return false }
+        return ContinuousClock.now >= deadline
+    }
 
     /// Returns once a stop was requested and its grace period is over (or the task is cancelled).
     public func waitForDeadline() async {

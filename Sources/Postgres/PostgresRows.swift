@@ -44,6 +44,9 @@ public struct PostgresRow: Sendable {
         }
         return PostgresCell(column: column, text: values[index])
     }
+
+    /// The cell at a 0-based position (hot paths: no name lookup).
+    public subscript(_ index: Int) -> PostgresCell { PostgresCell(column: columns[index], text: values[index]) }
 }
 
 /// One value in text format, decoded on request.

@@ -77,14 +77,14 @@ struct Supervisor {
         listener.start()
         defer { listener.stop() }
 
-        var workerConfiguration = OutboxWorkerConfiguration()
+        var workerConfiguration = DeliveryEngineConfiguration()
         workerConfiguration.batchSize = configuration.batchSize
         workerConfiguration.maxInFlight = configuration.maxInFlight
         workerConfiguration.pollInterval = configuration.pollInterval
         workerConfiguration.lease = configuration.leaseDuration
         workerConfiguration.maxAttempts = configuration.maxAttempts
         workerConfiguration.eventMaxAge = configuration.eventMaxAge
-        let worker = OutboxWorker(client: database, sender: parts.sender, configuration: workerConfiguration,
+        let worker = DeliveryEngine(client: database, sender: parts.sender, configuration: workerConfiguration,
                                   logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: work, stop: stop,
                                   onProgress: { liveness.beat("outbox") })
         let pruner = Pruner(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1),

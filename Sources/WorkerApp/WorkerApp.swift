@@ -70,7 +70,7 @@ public enum WorkerApp {
             return ExitStatus.ok
         case "claim-sql":
             // Undocumented: the claim statement, for scripts/claim-plan.
-            print(OutboxStore.claimSQL)
+            print(PgbenchScript.claimSQL)
             return ExitStatus.ok
         case "redrive":
             var eventId: Int64?

@@ -1,6 +1,6 @@
 import FCM
 import Foundation
-import Outbox
+@testable import Outbox
 import Postgres
 import Testing
 import TestSupport
@@ -48,17 +48,16 @@ struct ConcurrencyTests {
             try db.patient("p1")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let tokenA = UUID()
-            let claimedA = try await store.claim(limit: 10, workerId: "a", token: tokenA, lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimedA = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
             #expect(claimedA.map(\.id) == [id])
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
-            let tokenB = UUID()
-            let claimedB = try await store.claim(limit: 10, workerId: "b", token: tokenB, lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimedB = try await store.claim(limit: 10, workerId: "b", lease: .seconds(60), maxAge: .seconds(86_400))
             #expect(claimedB.map(\.id) == [id])
-            _ = try await store.complete(deliveries: [], events: [], finished: [(id, "DEAD", "from B")], token: tokenB, maxAttempts: 10)
-            let late = try await store.complete(deliveries: [], events: [
-                .init(id: id, eventKey: "doseTaken:group-1", retryDelay: .seconds(1), error: "from A"),
-            ], finished: [], token: tokenA, maxAttempts: 10)
+            _ = try await store.complete(.init(finished: [FinishedEvent(id: id, lease: claimedB[0].lease, status: .dead, reason: "from B")]),
+                                         maxAttempts: 10)
+            let late = try await store.complete(.init(settlements: [
+                EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: claimedA[0].lease, retryDelay: .seconds(1), error: "from A"),
+            ]), maxAttempts: 10)
             #expect(late.eventStatuses.isEmpty)
             let row = try db.eventStatus(id)
             #expect(row.status == "DEAD" && row.lastError == "from B")

@@ -1,5 +1,8 @@
 import FCM
+import FCMEmulator
 import Foundation
+import HTTP
+import HTTPServer
 import Logging
 import Metrics
 import Outbox
@@ -82,14 +85,33 @@ final class ScriptedSender: PushSender, @unchecked Sendable {
 }
 
 /// A worker with test-friendly settings.
-func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout OutboxWorkerConfiguration) -> Void = { _ in })
-    -> (OutboxWorker, MetricsRegistry, MemorySink) {
-    var configuration = OutboxWorkerConfiguration()
+func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout DeliveryEngineConfiguration) -> Void = { _ in })
+    -> (DeliveryEngine, MetricsRegistry, MemorySink) {
+    var configuration = DeliveryEngineConfiguration()
     configuration.pollInterval = .milliseconds(50)
     configure(&configuration)
     let sink = MemorySink()
     let metrics = MetricsRegistry()
-    let worker = OutboxWorker(client: PostgresClient(conninfo: conninfo), sender: sender, configuration: configuration,
+    let worker = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: sender, configuration: configuration,
                               logger: Logger(label: "outbox", logLevel: .debug, sink: sink), metrics: metrics)
     return (worker, metrics, sink)
+}
+
+/// A real `FCMSender` against the loopback emulator over TLS, torn down on every path.
+func withEmulatorSender(maxInFlight: Int = 20, _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
+    let fixtures = TLSFixtures.shared
+    let keys = try fixtures.rsaKeyPair()
+    var configuration = FCMEmulator.Configuration(
+        assertionPublicKeyPEM: keys.publicPEM,
+        tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM))
+    configuration.clientEmail = "worker@test-project.iam.gserviceaccount.com"
+    let emulator = try FCMEmulator(configuration: configuration)
+    defer { emulator.stop() }
+    let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
+    let sender = try FCMSender(
+        configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
+                                        http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
+        logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
+    defer { sender.shutdown() }
+    try await body(sender, emulator)
 }

@@ -1,7 +1,7 @@
 import Foundation
 import Metrics
 import Logging
-import Outbox
+@testable import Outbox
 import Postgres
 import Testing
 import TestSupport

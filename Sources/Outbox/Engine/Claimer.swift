@@ -1,0 +1,118 @@
+import FCM
+import Foundation
+import Logging
+import Postgres
+
+/// Claims due events, validates them, fans them out to devices and queues their sends. A statement
+/// that fails for a group of events is retried one event at a time, so one bad row goes DEAD with
+/// the reason and the others go on.
+struct Claimer: Sendable {
+    let store: OutboxStore
+    let ledger: EventLedger
+    let queue: SendQueue
+    let completer: Completer
+    let configuration: DeliveryEngineConfiguration
+    let logger: Logger
+
+    /// Claims up to `limit` events and takes each as far as the send queue. Returns how many were claimed.
+    func claim(limit: Int) async throws -> Int {
+        let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease,
+                                            maxAge: configuration.eventMaxAge)
+        guard !claimed.isEmpty else { return 0 }
+        var finished: [FinishedEvent] = []
+        var valid: [(claim: ClaimedEvent, event: DoseTakenEvent)] = []
+        valid.reserveCapacity(claimed.count)
+        for claim in claimed {
+            if claim.expired {
+                finished.append(FinishedEvent(id: claim.id, lease: claim.lease, status: .expired,
+                                              reason: "older than EVENT_MAX_AGE when claimed; not sent"))
+                continue
+            }
+            do {
+                valid.append((claim, try DoseTakenEvent.parse(eventType: claim.eventType, patientId: claim.patientId, payload: claim.payload)))
+            } catch {
+                finished.append(dead(claim, error.reason))
+            }
+        }
+        do {
+            try await fanOut(valid, finished: &finished)
+        } catch {
+            // The database went away mid-claim: give the events back (due again at once) if it is reachable, else
+            // their leases expire by themselves.
+            try? await store.release(events: claimed.map { ($0.id, $0.lease) }, deliveries: [])
+            throw error
+        }
+        completer.finish(finished)
+        return claimed.count
+    }
+
+    private func dead(_ claim: ClaimedEvent, _ reason: String) -> FinishedEvent {
+        logger.warning("outbox event refused", metadata: ["outbox.id": "\(claim.id)", "error": reason])
+        return FinishedEvent(id: claim.id, lease: claim.lease, status: .dead, reason: reason)
+    }
+
+    /// Fans out the valid events, isolating a statement failure to the event that causes it.
+    private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], finished: inout [FinishedEvent]) async throws {
+        guard let token = valid.first?.claim.lease else { return }
+        let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId) }
+        do {
+            let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
+            start(valid, result, finished: &finished)
+        } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
+            logger.notice("fan-out failed for a group of events; retrying them one at a time",
+                          metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
+            for (index, item) in valid.enumerated() {
+                do {
+                    let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
+                    start([item], result, finished: &finished)
+                } catch let error as PostgresError where !error.isConnectionError {
+                    finished.append(dead(item.claim, Self.reason(error)))
+                }
+            }
+        } catch let error as PostgresError where !error.isConnectionError {
+            finished.append(dead(valid[0].claim, Self.reason(error)))
+        }
+    }
+
+    /// `"fan-out refused by the database: SQLSTATE 54000: index row size … exceeds …"`.
+    static func reason(_ error: PostgresError) -> String {
+        "fan-out refused by the database: SQLSTATE \(error.sqlState ?? "?"): \(error.message.prefix(300))"
+    }
+
+    /// Opens one ledger group per eventKey and queues its sends; events of unknown patients go DEAD.
+    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: OutboxStore.FanOut,
+                       finished: inout [FinishedEvent]) {
+        var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
+        var order: [String] = []
+        for item in valid {
+            guard fanOut.displayNames[item.event.patientId] != nil else {
+                finished.append(dead(item.claim, "unknown patient \(item.event.patientId.prefix(64)): no \"Patient\" row"))
+                continue
+            }
+            if groups[item.event.eventKey] == nil { order.append(item.event.eventKey) }
+            groups[item.event.eventKey, default: []].append(item)
+        }
+        var deliveriesByKey: [String: [ClaimedDelivery]] = [:]
+        for delivery in fanOut.deliveries { deliveriesByKey[delivery.eventKey, default: []].append(delivery) }
+
+        var sends: [PendingSend] = []
+        sends.reserveCapacity(fanOut.deliveries.count)
+        for key in order {
+            let members = groups[key]!
+            let deliveries = deliveriesByKey[key] ?? []
+            let id = ledger.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries)
+            guard !deliveries.isEmpty else {
+                if let group = ledger.take(id) { completer.settle(group) }
+                continue
+            }
+            let event = members[0].event
+            let name = fanOut.displayNames[event.patientId]!
+            for delivery in deliveries {
+                sends.append(PendingSend(group: id, delivery: delivery, push: DoseTakenPush(
+                    token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name, date: event.date,
+                    slot: event.slot, recordingGroupId: event.recordingGroupId, withinTime: event.withinTime)))
+            }
+        }
+        queue.enqueue(sends)
+    }
+}

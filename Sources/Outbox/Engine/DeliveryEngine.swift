@@ -1,0 +1,190 @@
+import FCM
+import Foundation
+import Logging
+import Metrics
+import Postgres
+
+/// Settings of the delivery engine (SPEC §3, §5).
+public struct DeliveryEngineConfiguration: Sendable {
+    /// Most events one claim takes.
+    public var batchSize = 100
+    /// Sends in flight at once (`MAX_IN_FLIGHT`).
+    public var maxInFlight = 100
+    /// The claimer claims while queued + in-flight deliveries are below `maxInFlight × highWaterFactor`.
+    public var highWaterFactor = 2
+    public var pollInterval = Duration.seconds(1)
+    public var lease = Duration.seconds(60)
+    public var maxAttempts = 10
+    public var eventMaxAge = Duration.seconds(24 * 3600)
+    public var backoff = Backoff()
+    /// Results are written this long after the first one arrives, or at once at `completerFlushCount`.
+    public var completerFlushDelay = Duration.milliseconds(2)
+    public var completerFlushCount = 512
+    /// Identifies this process in `"leasedBy"` (host:pid).
+    public var workerId = "\(ProcessInfo.processInfo.hostName):\(ProcessInfo.processInfo.processIdentifier)"
+
+    public init() {}
+}
+
+/// The delivery pipeline as a stream, in the shape of River's producer → executor → completer:
+/// the claimer claims as capacity frees up, each delivery is sent as soon as a slot is free and
+/// frees it when answered, the completer writes outcomes in batches and settles each event when
+/// its last delivery is answered, and the heartbeat keeps leases alive while work is in progress.
+public final class DeliveryEngine: Sendable {
+    let store: OutboxStore
+    let sender: any PushSender
+    let configuration: DeliveryEngineConfiguration
+    let logger: Logger
+    let wake: WakeSignal
+    let stop: StopSignal
+    let metrics: PipelineMetrics
+    let onProgress: @Sendable () -> Void
+
+    public init(client: PostgresClient, sender: any PushSender, configuration: DeliveryEngineConfiguration, logger: Logger,
+                metrics: MetricsRegistry, wake: WakeSignal = WakeSignal(), stop: StopSignal = StopSignal(),
+                onProgress: @escaping @Sendable () -> Void = {}) {
+        self.store = OutboxStore(client: client)
+        self.sender = sender
+        self.configuration = configuration
+        self.logger = logger
+        self.wake = wake
+        self.stop = stop
+        self.metrics = PipelineMetrics(metrics)
+        self.onProgress = onProgress
+    }
+
+    /// Runs until a stop is requested; then sends nothing new, awaits the sends in flight (until the
+    /// stop's deadline), records their outcomes and releases what was never sent.
+    public func run() async {
+        logger.info("delivery engine started", metadata: [
+            "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
+            "fcm.max_in_flight": "\(configuration.maxInFlight)",
+        ])
+        _ = await runStages(untilIdle: false)
+        logger.info("delivery engine stopped")
+    }
+
+    /// Processes due events until none is left and nothing is in progress (tests, tools).
+    /// Returns the number of events claimed.
+    @discardableResult
+    public func drain() async throws -> Int {
+        await runStages(untilIdle: true)
+    }
+
+    private func runStages(untilIdle: Bool) async -> Int {
+        let ledger = EventLedger()
+        let queue = SendQueue(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
+        let wake = self.wake
+        let completer = Completer(store: store, ledger: ledger, configuration: configuration, metrics: metrics,
+                                  logger: logger, onSettled: { wake.wake() })
+        let claimer = Claimer(store: store, ledger: ledger, queue: queue, completer: completer, configuration: configuration,
+                              logger: logger)
+        let heartbeat = LeaseHeartbeat(store: store, ledger: ledger, configuration: configuration, logger: logger)
+        let finished = WakeSignal()
+        let stop = self.stop
+        // A stop wakes the claimer at once; the dispatcher checks it before every send.
+        stop.onRequest { wake.wakeAll() }
+
+        async let written: Void = completer.run()
+        async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
+                                                   isStopped: { finished.current > 0 })
+        let claimed = await withDiscardingTaskGroup { group in
+            group.addTask { await self.dispatch(queue: queue, ledger: ledger, completer: completer) }
+            let claimed = await claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle,
+                                          isStopped: { stop.isRequested })
+            // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled
+            // (their outcome is unknown: their deliveries keep their lease, FCM may have them).
+            for send in queue.stop() { completer.skipped(send) }
+            await awaitInFlight(queue)
+            group.cancelAll()
+            return claimed
+        }
+        for group in ledger.takeAll() {
+            var group = group
+            group.abandoned = true
+            completer.settle(group)
+        }
+        finished.wakeAll()
+        completer.close()
+        await written
+        await heartbeats
+        return claimed
+    }
+
+    /// Claims whenever there is room, woken by NOTIFY, freed capacity, settled events and the poll.
+    private func claimLoop(_ claimer: Claimer, queue: SendQueue, ledger: EventLedger, untilIdle: Bool,
+                           isStopped: @Sendable () -> Bool) async -> Int {
+        var total = 0
+        var failures = 0
+        while !isStopped() {
+            onProgress()
+            await queue.waitForRoom()
+            if isStopped() { break }
+            let seen = wake.current
+            let limit = min(configuration.batchSize, max(1, queue.highWater - queue.load))
+            do {
+                let claimed = try await claimer.claim(limit: limit)
+                total += claimed
+                failures = 0
+                if claimed == limit { continue }
+                if untilIdle {
+                    if claimed == 0 && ledger.count == 0 { break }
+                    await ledger.waitUntilEmpty()
+                    continue
+                }
+                await wake.wait(after: seen, timeout: configuration.pollInterval)
+            } catch {
+                failures += 1
+                // Database down or failing over: keep polling, slower, without crashing.
+                let delay = min(Duration.seconds(5), Duration.milliseconds(100) * (1 << min(failures, 6)))
+                if failures == 1 || failures % 20 == 0 {
+                    logger.warning("claim failed; retrying", metadata: ["error": "\(error)"])
+                }
+                if untilIdle && failures > 3 { break }
+                await wake.wait(after: wake.current, timeout: delay)
+            }
+        }
+        return total
+    }
+
+    /// Starts each queued send as soon as a slot is free; each frees its slot when answered.
+    private func dispatch(queue: SendQueue, ledger: EventLedger, completer: Completer) async {
+        let sender = self.sender
+        let onProgress = self.onProgress
+        let stop = self.stop
+        await withDiscardingTaskGroup { group in
+            while let send = await queue.next() {
+                if stop.isRequested {
+                    // Stopping: nothing new is sent; the delivery's lease is given back.
+                    completer.skipped(send)
+                    queue.finished()
+                    continue
+                }
+                guard ledger.isSendable(send) else {
+                    // The lease was taken over: another instance owns this delivery now.
+                    queue.finished()
+                    _ = ledger.close(send.group, delivery: send.delivery.id, .notSent)
+                    continue
+                }
+                group.addTask {
+                    let outcome = await sender.send(send.push)
+                    if Task.isCancelled, case .retry = outcome {
+                        // Cancelled at the stop deadline: FCM may have it, so its lease is kept (no re-send before it expires).
+                        completer.abandoned(send)
+                    } else {
+                        completer.record(send, outcome)
+                    }
+                    queue.finished()
+                    onProgress()
+                }
+            }
+        }
+    }
+
+    /// Waits for the sends in flight, or until the stop's deadline.
+    private func awaitInFlight(_ queue: SendQueue) async {
+        while queue.inFlight > 0 && !stop.deadlinePassed {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}

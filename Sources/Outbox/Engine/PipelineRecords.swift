@@ -1,0 +1,106 @@
+import FCM
+import Foundation
+
+// The records an outbox row passes through, in the order it walks the pipeline:
+// claim (`ClaimedEvent`) → validate (`DoseTakenEvent`) → fan-out (`ClaimedDelivery`) → send
+// (`PendingSend` → `SendOutcome`) → record (`DeliveryResult`) → settle (`EventSettlement`).
+
+/// The lease a claim holds on its events and deliveries. Every write is guarded by it, so a
+/// worker that lost its lease changes nothing.
+public struct LeaseToken: Hashable, Sendable, CustomStringConvertible {
+    /// The UUID in PostgreSQL's text form, computed once per claim.
+    public let text: String
+
+    public init() { text = UUID().uuidString }
+    public var description: String { text }
+}
+
+/// A claimed outbox row.
+public struct ClaimedEvent: Sendable {
+    public var id: Int64
+    public var eventType: String
+    public var patientId: String
+    public var payload: String
+    /// Attempts including this one.
+    public var attempts: Int
+    /// Older than EVENT_MAX_AGE when claimed.
+    public var expired: Bool
+    public var lease: LeaseToken
+}
+
+/// A leased PENDING delivery ready to send.
+public struct ClaimedDelivery: Sendable {
+    public var id: String
+    public var eventKey: String
+    public var deviceId: String
+    public var token: String
+    /// Database time when the delivery was leased (the send's start for the re-registration guard).
+    public var claimedAt: Date
+    public var lease: LeaseToken
+}
+
+/// The final state of an event decided without sending.
+public enum FinalStatus: String, Sendable {
+    /// Bad input: kept for inspection, redrivable.
+    case dead = "DEAD"
+    /// Older than EVENT_MAX_AGE when claimed.
+    case expired = "EXPIRED"
+}
+
+/// An event finished without sending (bad input, too old).
+public struct FinishedEvent: Sendable {
+    public var id: Int64
+    public var lease: LeaseToken
+    public var status: FinalStatus
+    /// Written to `"lastError"`: names what was wrong.
+    public var reason: String
+}
+
+/// An event whose deliveries were all answered: DONE, or due again after `retryDelay`, or DEAD.
+public struct EventSettlement: Sendable {
+    public var id: Int64
+    public var eventKey: String
+    public var lease: LeaseToken
+    /// Delay before the next attempt if deliveries are still pending.
+    public var retryDelay: Duration
+    /// Recorded as `"lastError"` when the event stays PENDING or goes DEAD.
+    public var error: String?
+
+    public init(id: Int64, eventKey: String, lease: LeaseToken, retryDelay: Duration, error: String? = nil) {
+        self.id = id
+        self.eventKey = eventKey
+        self.lease = lease
+        self.retryDelay = retryDelay
+        self.error = error
+    }
+}
+
+/// The row update one send outcome calls for.
+public struct DeliveryResult: Sendable {
+    public var deliveryId: String
+    public var lease: LeaseToken
+    public var outcome: SendOutcome
+    /// Needed to disable a dead token (only if not re-registered since the send began).
+    public var deviceId: String
+    public var claimedAt: Date
+
+    public init(delivery: ClaimedDelivery, outcome: SendOutcome) {
+        deliveryId = delivery.id
+        lease = delivery.lease
+        self.outcome = outcome
+        deviceId = delivery.deviceId
+        claimedAt = delivery.claimedAt
+    }
+}
+
+/// One send waiting for a slot: the delivery, its push, and the event group it belongs to.
+struct PendingSend: Sendable {
+    var group: EventGroupID
+    var delivery: ClaimedDelivery
+    var push: DoseTakenPush
+}
+
+/// Identifies the events of one claim that share an eventKey (normally one event).
+struct EventGroupID: Hashable, Sendable {
+    var raw: Int
+}

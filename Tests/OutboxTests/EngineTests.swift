@@ -1,0 +1,273 @@
+import FCM
+import Foundation
+import Logging
+import Metrics
+@testable import Outbox
+import Postgres
+import Synchronization
+import Testing
+import TestSupport
+
+@Suite("Delivery engine: isolation, independent sends, leases, stop")
+struct EngineTests {
+    /// A row whose deliveries cannot be indexed sits among good rows: the good ones are sent, the bad
+    /// one goes DEAD with the SQLSTATE and what was wrong; a too-long recordingGroupId is bad input.
+    @Test func rowThatCannotBeIndexed_goesDeadAndTheOthersAreSent() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            // ~1.5 KB patient and device ids: each fits its own index, but ("eventKey", "pushDeviceId") does not.
+            let huge = try db.connection.query("SELECT string_agg(md5(g::text), '') AS s FROM generate_series(1, 47) g")[0]["s"].string()
+            try db.patient(huge)
+            try db.link(caregiver: "c-huge", patient: huge)
+            try db.device(owner: "c-huge", token: "token-huge", id: "d" + huge)
+            var good: [Int64] = []
+            for group in 0..<3 { good.append(try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "before-\(group)"))) }
+            let unindexable = try db.enqueue(patient: huge, payload: Fixtures.payload(group: nil))
+            let tooLong = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: String(repeating: "g", count: 4000)))
+            for group in 0..<3 { good.append(try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "after-\(group)"))) }
+            let sender = ScriptedSender()
+            try await makeWorker(conninfo, sender: sender).0.drain()
+
+            for id in good { #expect(try db.eventStatus(id).status == "DONE") }
+            #expect(sender.pushes.count == 6)
+            let bad = try db.eventStatus(unindexable)
+            #expect(bad.status == "DEAD")
+            #expect(bad.lastError?.contains("SQLSTATE 54000") == true)
+            #expect(bad.lastError?.contains("index row size") == true)
+            let long = try db.eventStatus(tooLong)
+            #expect(long.status == "DEAD")
+            #expect(long.lastError?.contains("recordingGroupId is 4000 characters") == true)
+        }
+    }
+
+    /// Devices FCM answers slowly hold only their own slots: every other push is answered before them.
+    @Test func slowDevices_doNotHoldBackOthers() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            try await withEmulatorSender { sender, _ in
+                let db = try Fixtures(conninfo)
+                try db.patient("p-slow")
+                try db.link(caregiver: "c-slow", patient: "p-slow")
+                try db.device(owner: "c-slow", token: "slow4000-device")
+                try db.patient("p-fast")
+                try db.link(caregiver: "c-fast", patient: "p-fast")
+                try db.device(owner: "c-fast", token: "fast-device")
+                for group in 0..<3 { try db.enqueue(patient: "p-slow", payload: Fixtures.payload(group: "slow-\(group)")) }
+                for group in 0..<40 { try db.enqueue(patient: "p-fast", payload: Fixtures.payload(group: "fast-\(group)")) }
+                let recording = AnswerOrder(sender)
+                let (engine, _, _) = makeWorker(conninfo, sender: recording) {
+                    $0.batchSize = 10
+                    $0.maxInFlight = 10
+                }
+                try await engine.drain()
+                let order = recording.tokens
+                #expect(order.count == 43)
+                #expect(Array(order.prefix(40)) == Array(repeating: "fast-device", count: 40))
+                #expect(Array(order.suffix(3)) == Array(repeating: "slow4000-device", count: 3))
+                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+            }
+        }
+    }
+
+    /// A stop while sends are in flight: those sends finish and are recorded, nothing queued is started,
+    /// what was never sent is released (due at once, attempt uncounted), and a later run sends each push once.
+    @Test func stopWithSendsInFlight_recordsThemAndReleasesTheRest() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            for group in 0..<10 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+            let started = AsyncStream<Void>.makeStream()
+            let slow = GatedSender { started.continuation.yield() }
+            let stop = StopSignal()
+            var configuration = DeliveryEngineConfiguration()
+            configuration.maxInFlight = 2
+            configuration.highWaterFactor = 10
+            let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: slow, configuration: configuration,
+                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init(), stop: stop)
+            let running = Task { await engine.run() }
+            var iterator = started.stream.makeAsyncIterator()
+            await iterator.next()
+            await iterator.next()
+            stop.request(grace: .seconds(30))
+            slow.open()
+            await running.value
+
+            #expect(slow.pushes.count == 2)
+            let counts = try db.connection.query(#"""
+                SELECT count(*) FILTER (WHERE status = 'DONE') AS done,
+                       count(*) FILTER (WHERE status = 'PENDING' AND "availableAt" <= now() AND attempts = 0
+                                        AND "leaseToken" IS NULL) AS released
+                FROM "PushOutbox"
+                """#)[0]
+            #expect(try counts["done"].int() == 2)
+            #expect(try counts["released"].int() == 8)
+            let leased = try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "leaseToken" IS NOT NULL"#)[0]["n"].int()
+            #expect(leased == 0)
+
+            let rest = ScriptedSender()
+            try await makeWorker(conninfo, sender: rest).0.drain()
+            let all = slow.pushes + rest.pushes
+            #expect(all.count == 10)
+            #expect(Set(all.map(\.eventKey)).count == 10)
+            #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+        }
+    }
+
+    /// A send that outlives the stop's deadline is cancelled; FCM may have it, so its delivery keeps its lease
+    /// (no re-send before it expires) while its event is given back.
+    @Test func sendHungPastTheDeadline_keepsItsDeliveryLease() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let started = AsyncStream<Void>.makeStream()
+            let hung = GatedSender { started.continuation.yield() }
+            let stop = StopSignal()
+            let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: hung, configuration: .init(),
+                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init(), stop: stop)
+            let running = Task { await engine.run() }
+            var iterator = started.stream.makeAsyncIterator()
+            await iterator.next()
+            stop.request(grace: .milliseconds(100))
+            await running.value
+            let event = try db.eventStatus(id)
+            #expect(event.status == "PENDING" && event.attempts == 0)
+            let delivery = try db.connection.query(#"""
+                SELECT status, "leaseExpiresAt" > now() AS leased FROM "PushDelivery"
+                """#)[0]
+            #expect(try delivery["status"].string() == "PENDING")
+            #expect(try delivery["leased"].bool())
+        }
+    }
+
+    /// Work queued behind MAX_IN_FLIGHT outlives LEASE_SECONDS: the heartbeat keeps the leases, so a second
+    /// instance started after the lease would have expired takes nothing over and nothing is sent twice.
+    @Test func longQueue_leasesAreExtendedAndNothingIsTakenOver() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            for group in 0..<12 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+            let sender = DelayedSender(delay: .milliseconds(250))
+            let configure: (inout DeliveryEngineConfiguration) -> Void = {
+                $0.maxInFlight = 1
+                $0.highWaterFactor = 50
+                $0.lease = .milliseconds(1200)
+            }
+            let first = makeWorker(conninfo, sender: sender, configure: configure).0
+            async let firstClaimed = first.drain()
+            // Start the second instance once the first lease would have expired without a heartbeat.
+            try await Task.sleep(for: .milliseconds(1800))
+            let secondClaimed = try await makeWorker(conninfo, sender: sender, configure: configure).0.drain()
+            #expect(try await firstClaimed == 12)
+            #expect(secondClaimed == 0)
+            #expect(sender.pushes.count == 12)
+            #expect(Set(sender.pushes.map(\.eventKey)).count == 12)
+        }
+    }
+
+    /// The heartbeat finds that another instance took events over: their queued deliveries are not sent.
+    @Test func lostLease_stopsThatDeliverysSend() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            let kept = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g0"))
+            for group in 1..<4 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+            let started = AsyncStream<Void>.makeStream()
+            let gated = GatedSender { started.continuation.yield() }
+            let (engine, _, sink) = makeWorker(conninfo, sender: gated) {
+                $0.maxInFlight = 1
+                $0.highWaterFactor = 10
+                $0.lease = .milliseconds(600)
+            }
+            async let drained = engine.drain()
+            var iterator = started.stream.makeAsyncIterator()
+            await iterator.next()
+            // Another instance takes over every event but the one being sent.
+            try db.connection.query(#"""
+                UPDATE "PushOutbox" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour',
+                    "availableAt" = now() + interval '1 hour' WHERE id <> $1
+                """#, [.int(kept)])
+            try db.connection.query(#"""
+                UPDATE "PushDelivery" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour'
+                WHERE "eventKey" <> 'doseTaken:g0'
+                """#)
+            try await Task.sleep(for: .milliseconds(700))
+            gated.open()
+            _ = try await drained
+            #expect(gated.pushes.map(\.eventKey) == ["doseTaken:g0"], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
+            #expect(try db.eventStatus(kept).status == "DONE")
+        }
+    }
+}
+
+/// Holds every send until `open()` (cancellation ends the wait: the send then reports a transport retry).
+final class GatedSender: PushSender, Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>], pushes: [DoseTakenPush])>((false, [], []))
+    let onStart: @Sendable () -> Void
+
+    init(onStart: @escaping @Sendable () -> Void) { self.onStart = onStart }
+
+    var pushes: [DoseTakenPush] { state.withLock { $0.pushes } }
+
+    func open() {
+        let waiters = state.withLock { state in
+            state.open = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func send(_ push: DoseTakenPush) async -> SendOutcome {
+        onStart()
+        let cancelled = Mutex(false)
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            cancelled.withLock { $0 = true }
+            open()
+        }
+        if cancelled.withLock({ $0 }) { return .retry(reason: "TRANSPORT_CANCELLED", after: nil, minimumBackoff: nil) }
+        state.withLock { $0.pushes.append(push) }
+        return .sent(messageName: "projects/p/messages/\(push.eventKey)")
+    }
+}
+
+/// Answers every push after `delay`.
+final class DelayedSender: PushSender, Sendable {
+    let delay: Duration
+    private let sent = Mutex<[DoseTakenPush]>([])
+
+    init(delay: Duration) { self.delay = delay }
+
+    var pushes: [DoseTakenPush] { sent.withLock { $0 } }
+
+    func send(_ push: DoseTakenPush) async -> SendOutcome {
+        try? await Task.sleep(for: delay)
+        sent.withLock { $0.append(push) }
+        return .sent(messageName: "projects/p/messages/\(push.eventKey)")
+    }
+}
+
+/// Records the order in which pushes were answered.
+final class AnswerOrder: PushSender, Sendable {
+    let inner: any PushSender
+    private let order = Mutex<[String]>([])
+
+    init(_ inner: any PushSender) { self.inner = inner }
+
+    var tokens: [String] { order.withLock { $0 } }
+
+    func send(_ push: DoseTakenPush) async -> SendOutcome {
+        let outcome = await inner.send(push)
+        order.withLock { $0.append(push.token) }
+        return outcome
+    }
+}
