@@ -3,6 +3,7 @@ import Foundation
 import HTTP
 import Logging
 import Metrics
+import Synchronization
 
 /// OAuth2 access tokens for FCM from a service account (RFC 7523 JWT bearer grant). Cached,
 /// refreshed a few minutes before expiry, one refresh shared by every concurrent caller.
@@ -16,7 +17,11 @@ public actor AccessTokenProvider {
     private let now: @Sendable () -> Date
     private let refreshes: Counter
     private let logger: Logger
-    private var cached: (token: String, expiresAt: Date)?
+    private var cached: (token: String, expiresAt: Date)? {
+        didSet { current.withLock { $0 = cached } }
+    }
+    /// The cached token, readable without hopping onto the actor (every send reads it).
+    private nonisolated let current = Mutex<(token: String, expiresAt: Date)?>(nil)
     private var inFlight: Task<(String, Date), any Error>?
 
     /// `now` is injectable so tests move time without sleeping.
@@ -30,7 +35,12 @@ public actor AccessTokenProvider {
     }
 
     /// A valid access token, fetched only when none is cached or it is about to expire.
-    public func token() async throws -> String {
+    public nonisolated func token() async throws -> String {
+        if let fresh = current.withLock({ $0 }), fresh.expiresAt.timeIntervalSince(now()) > Self.refreshMargin { return fresh.token }
+        return try await refreshedToken()
+    }
+
+    private func refreshedToken() async throws -> String {
         if let cached, cached.expiresAt.timeIntervalSince(now()) > Self.refreshMargin { return cached.token }
         if let inFlight { return try await inFlight.value.0 }
         let task = Task { try await self.fetch() }

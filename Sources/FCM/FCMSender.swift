@@ -2,6 +2,7 @@ import Foundation
 import HTTP
 import Logging
 import Metrics
+import Synchronization
 
 /// Where and how to send.
 public struct FCMConfiguration: Sendable {
@@ -26,6 +27,8 @@ public final class FCMSender: PushSender {
     private let logger: Logger
     private let duration: Histogram
     private let now: @Sendable () -> Date
+    /// The request headers for the current access token, built once per token (not per send).
+    private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
     public init(configuration: FCMConfiguration, logger: Logger, metrics: MetricsRegistry,
                 now: @escaping @Sendable () -> Date = Date.init) throws(HTTPError) {
@@ -53,9 +56,7 @@ public final class FCMSender: PushSender {
                 logger.warning("cannot get an FCM access token", metadata: ["error": "\(error)"])
                 return .retry(reason: "OAUTH_TOKEN_UNAVAILABLE", after: nil, minimumBackoff: nil)
             }
-            let request = HTTPRequest(method: "POST", url: endpoint,
-                                      headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json; charset=UTF-8"],
-                                      body: body)
+            let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: body)
             let started = ContinuousClock.now
             let response: HTTPResponse
             do {
@@ -77,6 +78,15 @@ public final class FCMSender: PushSender {
             }
         }
         return .retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil)
+    }
+
+    private func requestHeaders(for token: String) -> [String: String] {
+        headers.withLock { cached in
+            if let cached, cached.token == token { return cached.headers }
+            let built = ["Authorization": "Bearer \(token)", "Content-Type": "application/json; charset=UTF-8"]
+            cached = (token, built)
+            return built
+        }
     }
 
     /// Stops the HTTP client; in-flight sends fail as transport errors.

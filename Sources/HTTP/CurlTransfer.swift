@@ -1,27 +1,39 @@
 import CCurl
 import Foundation
 
-/// One request on one easy handle. Owns the handle, its header list and the response buffers;
-/// they live exactly as long as libcurl uses them (until the transfer is removed from the multi).
+/// One easy handle, reused request after request (libcurl keeps options across transfers). It
+/// owns the handle, its header list and the request and response buffers; they live as long as
+/// libcurl may use them. Only what changes between requests is set again, so a steady stream of
+/// FCM sends costs a body copy and a few setopts per request. Touched by the driver thread only.
 final class CurlTransfer {
     let easy: UnsafeMutableRawPointer
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+    private var headerSource: [String: String]?
+    private var url: String?
+    private var method: String?
+    private var timeoutMs = -1
+    private var bodyBuffer: UnsafeMutableRawBufferPointer
+    private var errorBuffer: UnsafeMutablePointer<CChar>
     var responseBody: [UInt8] = []
-    var responseHeaders: [String: String] = [:]
-    let continuation: CheckedContinuation<HTTPResponse, any Error>
+    var responseHeaders: [UInt8] = []
+    /// The request in progress: its id and who waits for it.
+    var id: UInt64 = 0
+    var continuation: CheckedContinuation<HTTPResponse, any Error>?
 
-    init(request: HTTPRequest, configuration: HTTPClientConfiguration, caBundlePath: String?,
-         continuation: CheckedContinuation<HTTPResponse, any Error>) throws(HTTPError) {
+    init(configuration: HTTPClientConfiguration, caBundlePath: String?) throws(HTTPError) {
         guard let easy = curl_easy_init() else { throw HTTPError(.invalidRequest, "curl_easy_init failed") }
         self.easy = easy
-        self.continuation = continuation
-        try configure(request, configuration, caBundlePath)
+        bodyBuffer = .allocate(byteCount: 1024, alignment: 1)
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        try configureOnce(configuration, caBundlePath)
     }
 
     deinit {
         curl_easy_cleanup(easy)
         if let headerList { curl_slist_free_all(headerList) }
+        bodyBuffer.deallocate()
+        errorBuffer.deallocate()
     }
 
     private func check(_ code: CURLcode, _ what: String) throws(HTTPError) {
@@ -30,8 +42,8 @@ final class CurlTransfer {
         }
     }
 
-    private func configure(_ request: HTTPRequest, _ configuration: HTTPClientConfiguration, _ caBundlePath: String?) throws(HTTPError) {
-        try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
+    /// Options that never change for this client.
+    private func configureOnce(_ configuration: HTTPClientConfiguration, _ caBundlePath: String?) throws(HTTPError) {
         try check(mw_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
         // HTTP/2 by ALPN on TLS, HTTP/1.1 otherwise; never prior knowledge.
         try check(mw_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)), "HTTP_VERSION")
@@ -43,32 +55,12 @@ final class CurlTransfer {
             // CAINFO replaces the default store, so this file holds the system bundle plus the extra CA.
             try check(mw_easy_setopt_cstr(easy, CURLOPT_CAINFO, caBundlePath), "CAINFO")
         }
+        // A connection silently dropped (NAT, half-open) is noticed by TCP keepalive probes.
+        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "TCP_KEEPALIVE")
+        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, 30), "TCP_KEEPIDLE")
+        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, 10), "TCP_KEEPINTVL")
         try check(mw_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, configuration.connectTimeout.milliseconds), "CONNECTTIMEOUT")
-        try check(mw_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, (request.timeout ?? configuration.requestTimeout).milliseconds), "TIMEOUT")
-        try check(errorBuffer.withUnsafeMutableBytes { mw_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, $0.baseAddress) }, "ERRORBUFFER")
-
-        switch request.method {
-        case "GET": break
-        case "POST":
-            try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
-        default:
-            try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, request.method), "CUSTOMREQUEST")
-        }
-        if request.method != "GET" || !request.body.isEmpty {
-            // POSTFIELDSIZE first, then COPYPOSTFIELDS: libcurl copies exactly that many bytes.
-            try check(mw_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count), "POSTFIELDSIZE")
-            var body = request.body
-            if body.isEmpty { body = [0] }
-            try check(body.withUnsafeMutableBytes { mw_easy_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress) }, "COPYPOSTFIELDS")
-        }
-        var headers = request.headers
-        if headers.keys.contains(where: { $0.lowercased() == "expect" }) == false { headers["Expect"] = "" }
-        for (name, value) in headers {
-            // "Name:" with an empty value removes a header curl would add (Expect: 100-continue).
-            headerList = curl_slist_append(headerList, value.isEmpty ? "\(name):" : "\(name): \(value)")
-        }
-        try check(mw_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
-
+        try check(mw_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
         let me = Unmanaged.passUnretained(self).toOpaque()
         try check(mw_easy_setopt_ptr(easy, CURLOPT_PRIVATE, me), "PRIVATE")
         try check(mw_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
@@ -77,10 +69,67 @@ final class CurlTransfer {
         try check(mw_easy_setopt_callback(easy, CURLOPT_HEADERFUNCTION, curlWriteHeader), "HEADERFUNCTION")
     }
 
+    /// Sets what this request needs that differs from the previous one on this handle.
+    func prepare(_ request: HTTPRequest, id: UInt64, configuration: HTTPClientConfiguration,
+                 continuation: CheckedContinuation<HTTPResponse, any Error>) throws(HTTPError) {
+        self.id = id
+        self.continuation = continuation
+        responseBody.removeAll(keepingCapacity: true)
+        responseHeaders.removeAll(keepingCapacity: true)
+        errorBuffer[0] = 0
+        if url != request.url {
+            try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
+            url = request.url
+        }
+        let timeout = (request.timeout ?? configuration.requestTimeout).milliseconds
+        if timeout != timeoutMs {
+            try check(mw_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, timeout), "TIMEOUT")
+            timeoutMs = timeout
+        }
+        if method != request.method {
+            switch request.method {
+            case "GET":
+                try check(mw_easy_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
+                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
+            case "POST":
+                try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
+                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
+            default:
+                try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
+                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, request.method), "CUSTOMREQUEST")
+            }
+            method = request.method
+        }
+        if request.method != "GET" || !request.body.isEmpty {
+            // POSTFIELDS does not copy: the bytes live in this transfer's own buffer until the next request.
+            if bodyBuffer.count < request.body.count {
+                bodyBuffer.deallocate()
+                bodyBuffer = .allocate(byteCount: max(request.body.count, bodyBuffer.count * 2), alignment: 1)
+            }
+            request.body.withUnsafeBytes { bytes in
+                if let source = bytes.baseAddress { bodyBuffer.baseAddress!.copyMemory(from: source, byteCount: bytes.count) }
+            }
+            try check(mw_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count), "POSTFIELDSIZE")
+            try check(mw_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, bodyBuffer.baseAddress), "POSTFIELDS")
+        }
+        if headerSource != request.headers {
+            if let headerList { curl_slist_free_all(headerList) }
+            headerList = nil
+            var headers = request.headers
+            if headers.keys.contains(where: { $0.lowercased() == "expect" }) == false { headers["Expect"] = "" }
+            for (name, value) in headers {
+                // "Name:" with an empty value removes a header curl would add (Expect: 100-continue).
+                headerList = curl_slist_append(headerList, value.isEmpty ? "\(name):" : "\(name): \(value)")
+            }
+            try check(mw_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
+            headerSource = request.headers
+        }
+    }
+
     /// Builds the response or the error once libcurl reports the transfer done.
     func finish(_ code: CURLcode) -> Result<HTTPResponse, HTTPError> {
         guard code == CURLE_OK else {
-            let detail = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            let detail = String(cString: errorBuffer)
             let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             return .failure(HTTPError(Self.classify(code), message))
         }
@@ -89,7 +138,7 @@ final class CurlTransfer {
         _ = mw_easy_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
         _ = mw_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
         let versionText = version == Int(CURL_HTTP_VERSION_2_0) ? "2" : version == Int(CURL_HTTP_VERSION_1_0) ? "1.0" : "1.1"
-        return .success(HTTPResponse(status: status, headers: responseHeaders, body: responseBody, httpVersion: versionText))
+        return .success(HTTPResponse(status: status, rawHeaders: responseHeaders, body: responseBody, httpVersion: versionText))
     }
 
     /// New connections this transfer opened (0 when it reused one).
@@ -123,8 +172,8 @@ private func curlWriteBody(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, 
     return length
 }
 
-/// CURLOPT_HEADERFUNCTION: one header line per call; a status line starts a new header block.
-/// Parsed on bytes (this runs for every header of every response).
+/// CURLOPT_HEADERFUNCTION: one header line per call, kept raw (parsed only if someone reads the
+/// headers); a status line starts a new header block (an interim 100 or a redirect's headers are dropped).
 private func curlWriteHeader(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
     guard let buffer, let userdata else { return 0 }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userdata).takeUnretainedValue()
@@ -132,17 +181,10 @@ private func curlWriteHeader(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int
     buffer.withMemoryRebound(to: UInt8.self, capacity: length) { start in
         let line = UnsafeBufferPointer(start: start, count: length)
         if length >= 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {  // "HTTP/"
-            transfer.responseHeaders = [:]
+            transfer.responseHeaders.removeAll(keepingCapacity: true)
             return
         }
-        guard let colon = line.firstIndex(of: 0x3A) else { return }
-        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
-        var valueStart = colon + 1
-        var valueEnd = length
-        while valueStart < valueEnd, isSpace(line[valueStart]) { valueStart += 1 }
-        while valueEnd > valueStart, isSpace(line[valueEnd - 1]) { valueEnd -= 1 }
-        let name = String(decoding: line[0..<colon].lazy.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
-        transfer.responseHeaders[name] = String(decoding: line[valueStart..<valueEnd], as: UTF8.self)
+        transfer.responseHeaders.append(contentsOf: line)
     }
     return length
 }

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Synchronization
 
 /// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe").
 private let curlGlobalInit: Void = {
@@ -9,17 +10,24 @@ private let curlGlobalInit: Void = {
 /// An HTTP client over one libcurl multi handle driven by one dedicated thread. HTTP/2 over
 /// TLS (ALPN, HTTP/1.1 fallback), streams multiplexed on long-lived connections, up to
 /// `maxInFlight` transfers at once; callers `await` results. TLS verification is always on.
-public final class HTTPClient: @unchecked Sendable {
+/// Easy handles are reused; the driver is woken only when it sleeps in `curl_multi_poll`.
+public final class HTTPClient: Sendable {
     public let configuration: HTTPClientConfiguration
-    private let multi: UnsafeMutableRawPointer
+    private let multi: MultiHandle
     /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
     private let caBundlePath: String?
-    private let lock = NSLock()
-    private var queued: [(HTTPRequest, CheckedContinuation<HTTPResponse, any Error>)] = []
-    private var running: [UnsafeMutableRawPointer: CurlTransfer] = [:]
-    private var stopping = false
-    private var opened = 0
+    private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
+
+    private struct State {
+        var queued: [(id: UInt64, request: HTTPRequest, continuation: CheckedContinuation<HTTPResponse, any Error>)] = []
+        var cancelled: Set<UInt64> = []
+        var nextId: UInt64 = 0
+        var stopping = false
+        /// The driver is in (or about to enter) `curl_multi_poll`: a new request must wake it.
+        var polling = false
+        var opened = 0
+    }
 
     /// Creates the client and starts its driver thread.
     public init(configuration: HTTPClientConfiguration = .init()) throws(HTTPError) {
@@ -40,42 +48,55 @@ public final class HTTPClient: @unchecked Sendable {
         } else {
             caBundlePath = nil
         }
-        guard let multi = curl_multi_init() else { throw HTTPError(.invalidRequest, "curl_multi_init failed") }
-        self.multi = multi
-        _ = mw_multi_setopt_long(multi, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
-        _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maxStreamsPerConnection)
+        guard let raw = curl_multi_init() else { throw HTTPError(.invalidRequest, "curl_multi_init failed") }
+        multi = MultiHandle(raw: raw)
+        _ = mw_multi_setopt_long(raw, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
+        _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maxStreamsPerConnection)
         // PIPEWAIT makes transfers wait for the first connection's ALPN: on HTTP/2 they multiplex
         // (a new connection only past MAX_CONCURRENT_STREAMS); on HTTP/1.1 they may use up to
         // maxInFlight connections instead of queueing behind one.
-        _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
-        let thread = Thread { [self] in drive(); finished.signal() }
+        _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
+        let driver = Driver(client: self)
+        let thread = Thread { [finished] in driver.run(); finished.signal() }
         thread.name = "http-multi"
         thread.start()
     }
 
     deinit {
         shutdown()
-        curl_multi_cleanup(multi)
+        curl_multi_cleanup(multi.raw)
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
     /// Connections opened so far (each TLS handshake counts once).
-    public var connectionsOpened: Int { lock.withLock { opened } }
+    public var connectionsOpened: Int { state.withLock { $0.opened } }
 
-    /// Performs one request. Throws `HTTPError` when no HTTP response arrived.
+    /// Performs one request. Throws `HTTPError` when no HTTP response arrived; `.cancelled` when the
+    /// calling task is cancelled first (the request is abandoned; the server may have received it).
     public func execute(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
+        let id = state.withLock { state in
+            state.nextId &+= 1
+            return state.nextId
+        }
         do {
-            return try await withCheckedThrowingContinuation { continuation in
-                let accepted = lock.withLock { () -> Bool in
-                    guard !stopping else { return false }
-                    queued.append((request, continuation))
-                    return true
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    let (accepted, wake) = state.withLock { state -> (HTTPError?, Bool) in
+                        if state.stopping { return (HTTPError(.shutdown, "HTTP client is shut down"), false) }
+                        if state.cancelled.remove(id) != nil { return (HTTPError(.cancelled, "request cancelled"), false) }
+                        state.queued.append((id, request, continuation))
+                        defer { state.polling = false }
+                        return (nil, state.polling)
+                    }
+                    if let accepted {
+                        continuation.resume(throwing: accepted)
+                    } else if wake {
+                        curl_multi_wakeup(multi.raw)
+                    }
                 }
-                if accepted {
-                    curl_multi_wakeup(multi)
-                } else {
-                    continuation.resume(throwing: HTTPError(.shutdown, "HTTP client is shut down"))
-                }
+            } onCancel: {
+                state.withLock { _ = $0.cancelled.insert(id) }
+                curl_multi_wakeup(multi.raw)
             }
         } catch let error as HTTPError {
             throw error
@@ -86,67 +107,122 @@ public final class HTTPClient: @unchecked Sendable {
 
     /// Fails queued and running requests with `.shutdown` and stops the driver thread. Idempotent.
     public func shutdown() {
-        let wasRunning = lock.withLock { () -> Bool in
-            defer { stopping = true }
-            return !stopping
+        let wasRunning = state.withLock { state -> Bool in
+            defer { state.stopping = true }
+            return !state.stopping
         }
         guard wasRunning else { return }
-        curl_multi_wakeup(multi)
+        curl_multi_wakeup(multi.raw)
         finished.wait()
     }
 
-    /// The driver loop: admit queued requests up to maxInFlight, perform, harvest, poll.
-    private func drive() {
-        var stillRunning: Int32 = 0
-        while true {
-            let (admit, stop) = lock.withLock { () -> ([(HTTPRequest, CheckedContinuation<HTTPResponse, any Error>)], Bool) in
-                if stopping { return ([], true) }
-                let room = max(0, configuration.maxInFlight - running.count)
-                let batch = Array(queued.prefix(room))
-                queued.removeFirst(batch.count)
-                return (batch, false)
-            }
-            if stop { break }
-            for (request, continuation) in admit {
-                do {
-                    let transfer = try CurlTransfer(request: request, configuration: configuration, caBundlePath: caBundlePath,
-                                                    continuation: continuation)
-                    lock.withLock { running[transfer.easy] = transfer }
-                    curl_multi_add_handle(multi, transfer.easy)
-                } catch {
-                    continuation.resume(throwing: error)
+    /// The driver thread's side: everything here runs on that one thread.
+    private final class Driver: @unchecked Sendable {
+        let client: HTTPClient
+        var running: [UInt64: CurlTransfer] = [:]
+        var idle: [CurlTransfer] = []
+
+        init(client: HTTPClient) { self.client = client }
+
+        func run() {
+            let multi = client.multi.raw
+            var stillRunning: Int32 = 0
+            while true {
+                let (admit, cancelled, stop) = client.state.withLock { state in
+                    if state.stopping { return ([(id: UInt64, request: HTTPRequest, continuation: CheckedContinuation<HTTPResponse, any Error>)](), Set<UInt64>(), true) }
+                    let room = max(0, client.configuration.maxInFlight - running.count)
+                    let batch = Array(state.queued.prefix(room))
+                    state.queued.removeFirst(batch.count)
+                    var cancelled: Set<UInt64> = []
+                    if !state.cancelled.isEmpty {
+                        cancelled = state.cancelled
+                        state.cancelled.removeAll()
+                        // Cancelled while still queued: fail them here too.
+                        state.queued.removeAll { item in
+                            guard cancelled.contains(item.id) else { return false }
+                            item.continuation.resume(throwing: HTTPError(.cancelled, "request cancelled"))
+                            return true
+                        }
+                    }
+                    return (batch, cancelled, false)
+                }
+                if stop { break }
+                for id in cancelled {
+                    guard let transfer = running.removeValue(forKey: id) else { continue }
+                    curl_multi_remove_handle(multi, transfer.easy)
+                    transfer.continuation?.resume(throwing: HTTPError(.cancelled, "request cancelled"))
+                    transfer.continuation = nil
+                    // A handle removed mid-transfer is discarded rather than reused.
+                }
+                for item in admit {
+                    if cancelled.contains(item.id) {
+                        item.continuation.resume(throwing: HTTPError(.cancelled, "request cancelled"))
+                        continue
+                    }
+                    do {
+                        let transfer = try idle.popLast() ?? CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
+                        try transfer.prepare(item.request, id: item.id, configuration: client.configuration, continuation: item.continuation)
+                        running[item.id] = transfer
+                        curl_multi_add_handle(multi, transfer.easy)
+                    } catch {
+                        item.continuation.resume(throwing: error)
+                    }
+                }
+                curl_multi_perform(multi, &stillRunning)
+                harvest(multi)
+                // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
+                let sleep = client.state.withLock { state -> Bool in
+                    let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight
+                    state.polling = !canAdmit && state.cancelled.isEmpty && !state.stopping
+                    return state.polling
+                }
+                if sleep {
+                    var ready: Int32 = 0
+                    curl_multi_poll(multi, nil, 0, 1000, &ready)
+                    client.state.withLock { $0.polling = false }
                 }
             }
-            curl_multi_perform(multi, &stillRunning)
-            harvest()
-            var ready: Int32 = 0
-            curl_multi_poll(multi, nil, 0, 1000, &ready)
-        }
-        // Shutting down: fail everything still queued or running.
-        let (pending, active) = lock.withLock { () -> ([CheckedContinuation<HTTPResponse, any Error>], [CurlTransfer]) in
-            defer { queued.removeAll(); running.removeAll() }
-            return (queued.map(\.1), Array(running.values))
-        }
-        for transfer in active {
-            curl_multi_remove_handle(multi, transfer.easy)
-            transfer.continuation.resume(throwing: HTTPError(.shutdown, "HTTP client shut down during the request"))
-        }
-        for continuation in pending { continuation.resume(throwing: HTTPError(.shutdown, "HTTP client is shut down")) }
-    }
-
-    private func harvest() {
-        var remaining: Int32 = 0
-        while let message = curl_multi_info_read(multi, &remaining) {
-            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
-            let code = message.pointee.data.result
-            curl_multi_remove_handle(multi, easy)
-            guard let transfer = lock.withLock({ running.removeValue(forKey: easy) }) else { continue }
-            let connections = transfer.connectionsOpened
-            if connections > 0 { lock.withLock { opened += connections } }
-            switch transfer.finish(code) {
-            case .success(let response): transfer.continuation.resume(returning: response)
-            case .failure(let error): transfer.continuation.resume(throwing: error)
+            // Shutting down: fail everything still queued or running.
+            let pending = client.state.withLock { state in
+                defer { state.queued.removeAll() }
+                return state.queued.map(\.continuation)
             }
+            for transfer in running.values {
+                curl_multi_remove_handle(multi, transfer.easy)
+                transfer.continuation?.resume(throwing: HTTPError(.shutdown, "HTTP client shut down during the request"))
+            }
+            running.removeAll()
+            idle.removeAll()
+            for continuation in pending { continuation.resume(throwing: HTTPError(.shutdown, "HTTP client is shut down")) }
+        }
+
+        private func harvest(_ multi: UnsafeMutableRawPointer) {
+            var remaining: Int32 = 0
+            var opened = 0
+            while let message = curl_multi_info_read(multi, &remaining) {
+                guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+                let code = message.pointee.data.result
+                curl_multi_remove_handle(multi, easy)
+                var pointer: UnsafeMutableRawPointer?
+                _ = mw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &pointer)
+                guard let pointer else { continue }
+                let transfer = Unmanaged<CurlTransfer>.fromOpaque(pointer).takeUnretainedValue()
+                guard running.removeValue(forKey: transfer.id) != nil, let continuation = transfer.continuation else { continue }
+                opened += transfer.connectionsOpened
+                let result = transfer.finish(code)
+                transfer.continuation = nil
+                idle.append(transfer)
+                switch result {
+                case .success(let response): continuation.resume(returning: response)
+                case .failure(let error): continuation.resume(throwing: error)
+                }
+            }
+            if opened > 0 { client.state.withLock { $0.opened += opened } }
         }
     }
+}
+
+/// The multi handle's pointer, shared by callers (only `curl_multi_wakeup`, which libcurl allows from any thread) and the driver.
+private struct MultiHandle: @unchecked Sendable {
+    let raw: UnsafeMutableRawPointer
 }

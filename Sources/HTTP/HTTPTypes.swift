@@ -19,17 +19,49 @@ public struct HTTPRequest: Sendable {
 /// A complete HTTP response.
 public struct HTTPResponse: Sendable {
     public var status: Int
-    /// Header names lower-cased; a repeated header keeps its last value.
-    public var headers: [String: String]
     public var body: [UInt8]
     /// `"2"` or `"1.1"` (as negotiated by ALPN).
     public var httpVersion: String
+    private var rawHeaders: [UInt8]
+    private var parsedHeaders: [String: String]?
 
     public init(status: Int, headers: [String: String], body: [UInt8], httpVersion: String) {
         self.status = status
-        self.headers = headers
         self.body = body
         self.httpVersion = httpVersion
+        rawHeaders = []
+        parsedHeaders = headers
+    }
+
+    /// A response whose header block (`Name: value\r\n` lines of the final response) is parsed only when read:
+    /// a successful send never looks at its headers.
+    init(status: Int, rawHeaders: [UInt8], body: [UInt8], httpVersion: String) {
+        self.status = status
+        self.body = body
+        self.httpVersion = httpVersion
+        self.rawHeaders = rawHeaders
+        parsedHeaders = nil
+    }
+
+    /// Header names lower-cased; a repeated header keeps its last value.
+    public var headers: [String: String] {
+        get { parsedHeaders ?? Self.parse(rawHeaders) }
+        set { parsedHeaders = newValue }
+    }
+
+    private static func parse(_ raw: [UInt8]) -> [String: String] {
+        var headers: [String: String] = [:]
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        for line in raw.split(separator: 0x0A) {
+            guard let colon = line.firstIndex(of: 0x3A) else { continue }
+            var valueStart = colon + 1
+            var valueEnd = line.endIndex
+            while valueStart < valueEnd, isSpace(line[valueStart]) { valueStart += 1 }
+            while valueEnd > valueStart, isSpace(line[valueEnd - 1]) { valueEnd -= 1 }
+            let name = String(decoding: line[line.startIndex..<colon].lazy.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
+            headers[name] = String(decoding: line[valueStart..<valueEnd], as: UTF8.self)
+        }
+        return headers
     }
 }
 
@@ -73,6 +105,8 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
         public static let shutdown = Code("shutdown")
         /// The request itself is unusable (bad URL, bad configuration).
         public static let invalidRequest = Code("invalidRequest")
+        /// The calling task was cancelled; the request was abandoned (the server may have received it).
+        public static let cancelled = Code("cancelled")
     }
 
     public var code: Code

@@ -41,8 +41,8 @@ public final class PostgresConnection {
     /// Runs one statement with `$1…$n` parameters through `PQexecParams` (text format).
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
-        let texts = parameters.map(\.wireText)
-        let result: OpaquePointer? = withCStringArray(texts) { pointers in
+        let buffers = parameters.map(\.wireBytes)
+        let result: OpaquePointer? = withCStringArray(buffers) { pointers in
             PQexecParams(raw, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
         guard let result else {
@@ -161,11 +161,22 @@ public final class PostgresConnection {
     }
 }
 
-/// Calls `body` with a C array of C strings (NULL entries for nil) valid for the call only.
-private func withCStringArray<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
-    var owned: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } ?? nil }
-    defer { for pointer in owned { free(pointer) } }
-    return owned.withUnsafeMutableBufferPointer { buffer in
-        body(buffer.map { $0.map { UnsafePointer($0) } })
+/// Calls `body` with a C array pointing into NUL-terminated byte buffers (NULL entries for nil), valid for the call only.
+private func withCStringArray<R>(_ buffers: [[UInt8]?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    var pointers: [UnsafePointer<CChar>?] = []
+    pointers.reserveCapacity(buffers.count)
+    func bind(_ index: Int) -> R {
+        guard index < buffers.count else { return body(pointers) }
+        guard let buffer = buffers[index] else {
+            pointers.append(nil)
+            return bind(index + 1)
+        }
+        return buffer.withUnsafeBufferPointer { bytes in
+            bytes.baseAddress!.withMemoryRebound(to: CChar.self, capacity: bytes.count) { pointer in
+                pointers.append(pointer)
+                return bind(index + 1)
+            }
+        }
     }
+    return bind(0)
 }

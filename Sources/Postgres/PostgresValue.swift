@@ -23,29 +23,60 @@ public enum PostgresValue: Sendable, Hashable {
 
     /// The text-format wire representation; nil for SQL NULL.
     public var wireText: String? {
+        wireBytes.map { String(decoding: $0.dropLast(), as: UTF8.self) }
+    }
+
+    /// The text-format wire representation as NUL-terminated UTF-8 (what libpq reads); nil for SQL NULL.
+    /// Built over bytes: array literals quote every element, escaping only `"` and `\`.
+    var wireBytes: [UInt8]? {
+        var out: [UInt8] = []
         switch self {
         case .null: return nil
-        case .text(let value): return value
-        case .int(let value): return String(value)
-        case .double(let value): return String(value)
-        case .bool(let value): return value ? "t" : "f"
-        case .timestamp(let date): return PostgresValue.formatTimestamp(date)
+        case .text(let value): out.append(contentsOf: value.utf8)
+        case .int(let value): out.append(contentsOf: String(value).utf8)
+        case .double(let value): out.append(contentsOf: String(value).utf8)
+        case .bool(let value): out.append(value ? UInt8(ascii: "t") : UInt8(ascii: "f"))
+        case .timestamp(let date): out.append(contentsOf: PostgresValue.formatTimestamp(date).utf8)
         case .textArray(let values):
-            return "{" + values.map(PostgresValue.quoteArrayElement).joined(separator: ",") + "}"
+            out.reserveCapacity(values.reduce(2) { $0 + $1.utf8.count + 3 })
+            Self.array(values, into: &out) { Self.appendQuoted($0, to: &$1) }
         case .intArray(let values):
-            return "{" + values.map(String.init).joined(separator: ",") + "}"
+            Self.array(values, into: &out) { $1.append(contentsOf: String($0).utf8) }
         case .optionalTextArray(let values):
-            return "{" + values.map { $0.map(PostgresValue.quoteArrayElement) ?? "NULL" }.joined(separator: ",") + "}"
+            Self.array(values, into: &out) { value, out in
+                if let value { Self.appendQuoted(value, to: &out) } else { out.append(contentsOf: "NULL".utf8) }
+            }
         case .doubleArray(let values):
-            return "{" + values.map { String($0) }.joined(separator: ",") + "}"
+            Self.array(values, into: &out) { $1.append(contentsOf: String($0).utf8) }
         case .timestampArray(let values):
-            return "{" + values.map { "\"\(PostgresValue.formatTimestamp($0))\"" }.joined(separator: ",") + "}"
+            Self.array(values, into: &out) { Self.appendQuoted(PostgresValue.formatTimestamp($0), to: &$1) }
         }
+        out.append(0)
+        return out
+    }
+
+    private static func array<T>(_ values: [T], into out: inout [UInt8], _ element: (T, inout [UInt8]) -> Void) {
+        out.append(UInt8(ascii: "{"))
+        for (index, value) in values.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            element(value, &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    private static func appendQuoted(_ value: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+            out.append(byte)
+        }
+        out.append(UInt8(ascii: "\""))
     }
 
     static func quoteArrayElement(_ value: String) -> String {
-        let escaped = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-        return "\"\(escaped)\""
+        var out: [UInt8] = []
+        appendQuoted(value, to: &out)
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `yyyy-MM-dd HH:mm:ss.SSSSSS+00`, which PostgreSQL reads whatever its DateStyle.
