@@ -36,8 +36,14 @@ public actor AccessTokenProvider {
 
     /// A valid access token, fetched only when none is cached or it is about to expire.
     public nonisolated func token() async throws -> String {
-        if let fresh = current.withLock({ $0 }), fresh.expiresAt.timeIntervalSince(now()) > Self.refreshMargin { return fresh.token }
+        if let fresh = cachedToken() { return fresh }
         return try await refreshedToken()
+    }
+
+    /// The cached token when it is not due for refresh; nil when a fetch is needed. No suspension.
+    public nonisolated func cachedToken() -> String? {
+        guard let fresh = current.withLock({ $0 }), fresh.expiresAt.timeIntervalSince(now()) > Self.refreshMargin else { return nil }
+        return fresh.token
     }
 
     private func refreshedToken() async throws -> String {

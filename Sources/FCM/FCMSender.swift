@@ -46,38 +46,58 @@ public final class FCMSender: PushSender {
         _ = try await tokens.token()
     }
 
-    public func send(_ push: DoseTakenPush) async -> SendOutcome {
-        let body = FCMMessage.json(for: push)
-        for attempt in 0..<2 {
-            let token: String
+    public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
+        if let token = tokens.cachedToken() {
+            perform(push, token: token, refreshed: false, completion)
+            return
+        }
+        // No fresh token cached: fetch one (one shared refresh for all callers), then send.
+        Task {
             do {
-                token = try await tokens.token()
+                perform(push, token: try await tokens.token(), refreshed: false, completion)
             } catch {
                 logger.warning("cannot get an FCM access token", metadata: ["error": "\(error)"])
-                return .retry(reason: "OAUTH_TOKEN_UNAVAILABLE", after: nil, minimumBackoff: nil)
-            }
-            let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: body)
-            let started = ContinuousClock.now
-            let response: HTTPResponse
-            do {
-                response = try await http.execute(request)
-            } catch {
-                duration.observe((ContinuousClock.now - started).seconds)
-                return .retry(reason: "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))",
-                              after: nil, minimumBackoff: nil)
-            }
-            duration.observe((ContinuousClock.now - started).seconds)
-            switch FCMResponseClassifier.classify(status: response.status, headers: response.headers, body: response.body, now: now()) {
-            case .outcome(let outcome):
-                return outcome
-            case .unauthenticated:
-                // The token was revoked or expired early: refresh once, then try again.
-                await tokens.invalidate(token)
-                if attempt == 0 { continue }
-                return .retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil)
+                completion(.retry(reason: "OAUTH_TOKEN_UNAVAILABLE", after: nil, minimumBackoff: nil))
             }
         }
-        return .retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil)
+    }
+
+    public func cancelInFlight() { http.cancelAll() }
+
+    /// One POST; the answer is classified on the HTTP driver thread. A 401 refreshes the token once and retries.
+    private func perform(_ push: DoseTakenPush, token: String, refreshed: Bool, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
+        let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: FCMMessage.json(for: push))
+        let started = ContinuousClock.now
+        http.start(request) { [self] result in
+            duration.observe((ContinuousClock.now - started).seconds)
+            let response: HTTPResponse
+            switch result {
+            case .failure(let error):
+                completion(.retry(reason: "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))",
+                                  after: nil, minimumBackoff: nil))
+                return
+            case .success(let answer):
+                response = answer
+            }
+            // A success never needs the headers: skip parsing them.
+            let headers = response.status == 200 ? [:] : response.headers
+            switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
+            case .outcome(let outcome):
+                completion(outcome)
+            case .unauthenticated where refreshed:
+                completion(.retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil))
+            case .unauthenticated:
+                // The token was revoked or expired early: refresh once, then try again.
+                Task {
+                    await tokens.invalidate(token)
+                    do {
+                        perform(push, token: try await tokens.token(), refreshed: true, completion)
+                    } catch {
+                        completion(.retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil))
+                    }
+                }
+            }
+        }
     }
 
     private func requestHeaders(for token: String) -> [String: String] {

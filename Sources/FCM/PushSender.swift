@@ -42,7 +42,23 @@ public enum SendOutcome: Sendable, Equatable {
 }
 
 /// Sends pushes. The production implementation is `FCMSender`; anything conforming can drive the pipeline.
+///
+/// The interface is a callback rather than `async`: the delivery engine starts thousands of sends a
+/// second, and a completion called where the answer arrives (the HTTP driver thread) costs no task,
+/// no continuation and no thread hop per send.
 public protocol PushSender: Sendable {
-    /// Sends one push and classifies the result. Never throws: transport errors are `.retry`.
-    func send(_ push: DoseTakenPush) async -> SendOutcome
+    /// Starts one send. `completion` is called exactly once with the classified outcome, on any thread,
+    /// possibly before `start` returns; it must not block. Never fails: transport errors are `.retry`.
+    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void)
+    /// Abandons every send in flight (the stop deadline passed): each completes promptly with `.retry`.
+    func cancelInFlight()
+}
+
+extension PushSender {
+    /// Sends one push and returns its outcome.
+    public func send(_ push: DoseTakenPush) async -> SendOutcome {
+        await withCheckedContinuation { continuation in
+            start(push) { continuation.resume(returning: $0) }
+        }
+    }
 }

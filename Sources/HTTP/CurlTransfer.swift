@@ -18,7 +18,7 @@ final class CurlTransfer {
     var responseHeaders: [UInt8] = []
     /// The request in progress: its id and who waits for it.
     var id: UInt64 = 0
-    var continuation: CheckedContinuation<HTTPResponse, any Error>?
+    private var completion: HTTPClient.Completion?
 
     init(configuration: HTTPClientConfiguration, caBundlePath: String?) throws(HTTPError) {
         guard let easy = curl_easy_init() else { throw HTTPError(.invalidRequest, "curl_easy_init failed") }
@@ -71,9 +71,9 @@ final class CurlTransfer {
 
     /// Sets what this request needs that differs from the previous one on this handle.
     func prepare(_ request: HTTPRequest, id: UInt64, configuration: HTTPClientConfiguration,
-                 continuation: CheckedContinuation<HTTPResponse, any Error>) throws(HTTPError) {
+                 completion: @escaping HTTPClient.Completion) throws(HTTPError) {
         self.id = id
-        self.continuation = continuation
+        self.completion = completion
         responseBody.removeAll(keepingCapacity: true)
         responseHeaders.removeAll(keepingCapacity: true)
         errorBuffer[0] = 0
@@ -124,6 +124,13 @@ final class CurlTransfer {
             try check(mw_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
             headerSource = request.headers
         }
+    }
+
+    /// Hands the result to whoever started the request (exactly once).
+    func complete(_ result: Result<HTTPResponse, HTTPError>) {
+        let completion = self.completion
+        self.completion = nil
+        completion?(result)
     }
 
     /// Builds the response or the error once libcurl reports the transfer done.

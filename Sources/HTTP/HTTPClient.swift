@@ -19,9 +19,19 @@ public final class HTTPClient: Sendable {
     private let state = Mutex(State())
     private let finished = DispatchSemaphore(value: 0)
 
+    /// Called once with a request's result, on the driver thread: it must be short and must not block.
+    public typealias Completion = @Sendable (Result<HTTPResponse, HTTPError>) -> Void
+
+    fileprivate struct Queued {
+        var id: UInt64
+        var request: HTTPRequest
+        var completion: Completion
+    }
+
     private struct State {
-        var queued: [(id: UInt64, request: HTTPRequest, continuation: CheckedContinuation<HTTPResponse, any Error>)] = []
+        var queued: [Queued] = []
         var cancelled: Set<UInt64> = []
+        var cancelAllRequested = false
         var nextId: UInt64 = 0
         var stopping = false
         /// The driver is in (or about to enter) `curl_multi_poll`: a new request must wake it.
@@ -74,35 +84,57 @@ public final class HTTPClient: Sendable {
     /// Performs one request. Throws `HTTPError` when no HTTP response arrived; `.cancelled` when the
     /// calling task is cancelled first (the request is abandoned; the server may have received it).
     public func execute(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
-        let id = state.withLock { state in
+        let id = nextId()
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
+                start(request, id: id) { continuation.resume(returning: $0) }
+            }
+        } onCancel: {
+            cancel(id)
+        }
+        return try result.get()
+    }
+
+    /// Starts one request; `completion` gets its result on the driver thread. Returns the request's id (for `cancel`).
+    @discardableResult
+    public func start(_ request: HTTPRequest, completion: @escaping Completion) -> UInt64 {
+        let id = nextId()
+        start(request, id: id, completion: completion)
+        return id
+    }
+
+    private func nextId() -> UInt64 {
+        state.withLock { state in
             state.nextId &+= 1
             return state.nextId
         }
-        do {
-            return try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { continuation in
-                    let (accepted, wake) = state.withLock { state -> (HTTPError?, Bool) in
-                        if state.stopping { return (HTTPError(.shutdown, "HTTP client is shut down"), false) }
-                        if state.cancelled.remove(id) != nil { return (HTTPError(.cancelled, "request cancelled"), false) }
-                        state.queued.append((id, request, continuation))
-                        defer { state.polling = false }
-                        return (nil, state.polling)
-                    }
-                    if let accepted {
-                        continuation.resume(throwing: accepted)
-                    } else if wake {
-                        curl_multi_wakeup(multi.raw)
-                    }
-                }
-            } onCancel: {
-                state.withLock { _ = $0.cancelled.insert(id) }
-                curl_multi_wakeup(multi.raw)
-            }
-        } catch let error as HTTPError {
-            throw error
-        } catch {
-            throw HTTPError(.transport, "\(error)")
+    }
+
+    private func start(_ request: HTTPRequest, id: UInt64, completion: @escaping Completion) {
+        let (refused, wake) = state.withLock { state -> (HTTPError?, Bool) in
+            if state.stopping { return (HTTPError(.shutdown, "HTTP client is shut down"), false) }
+            if state.cancelled.remove(id) != nil { return (HTTPError(.cancelled, "request cancelled"), false) }
+            state.queued.append(Queued(id: id, request: request, completion: completion))
+            defer { state.polling = false }
+            return (nil, state.polling)
         }
+        if let refused {
+            completion(.failure(refused))
+        } else if wake {
+            curl_multi_wakeup(multi.raw)
+        }
+    }
+
+    /// Abandons one request: it completes with `.cancelled` (the server may have received it).
+    public func cancel(_ id: UInt64) {
+        state.withLock { _ = $0.cancelled.insert(id) }
+        curl_multi_wakeup(multi.raw)
+    }
+
+    /// Abandons every queued and running request (a stop's deadline): each completes with `.cancelled`.
+    public func cancelAll() {
+        state.withLock { $0.cancelAllRequested = true }
+        curl_multi_wakeup(multi.raw)
     }
 
     /// Fails queued and running requests with `.shutdown` and stops the driver thread. Idempotent.
@@ -128,44 +160,51 @@ public final class HTTPClient: Sendable {
             let multi = client.multi.raw
             var stillRunning: Int32 = 0
             while true {
-                let (admit, cancelled, stop) = client.state.withLock { state in
-                    if state.stopping { return ([(id: UInt64, request: HTTPRequest, continuation: CheckedContinuation<HTTPResponse, any Error>)](), Set<UInt64>(), true) }
-                    let room = max(0, client.configuration.maxInFlight - running.count)
-                    let batch = Array(state.queued.prefix(room))
-                    state.queued.removeFirst(batch.count)
+                let (admit, cancelled, cancelAll, stop) = client.state.withLock { state -> ([Queued], Set<UInt64>, Bool, Bool) in
+                    if state.stopping { return ([], [], false, true) }
                     var cancelled: Set<UInt64> = []
-                    if !state.cancelled.isEmpty {
+                    var refused: [Queued] = []
+                    let cancelAll = state.cancelAllRequested
+                    state.cancelAllRequested = false
+                    if cancelAll {
+                        refused = state.queued
+                        state.queued.removeAll()
+                    } else if !state.cancelled.isEmpty {
                         cancelled = state.cancelled
                         state.cancelled.removeAll()
-                        // Cancelled while still queued: fail them here too.
                         state.queued.removeAll { item in
                             guard cancelled.contains(item.id) else { return false }
-                            item.continuation.resume(throwing: HTTPError(.cancelled, "request cancelled"))
+                            refused.append(item)
                             return true
                         }
                     }
-                    return (batch, cancelled, false)
+                    for item in refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
+                    let room = max(0, client.configuration.maxInFlight - running.count)
+                    let batch = Array(state.queued.prefix(room))
+                    state.queued.removeFirst(batch.count)
+                    return (batch, cancelled, cancelAll, false)
                 }
                 if stop { break }
-                for id in cancelled {
+                let abandon = cancelAll ? Array(running.keys) : cancelled.filter { running[$0] != nil }
+                for id in abandon {
                     guard let transfer = running.removeValue(forKey: id) else { continue }
                     curl_multi_remove_handle(multi, transfer.easy)
-                    transfer.continuation?.resume(throwing: HTTPError(.cancelled, "request cancelled"))
-                    transfer.continuation = nil
                     // A handle removed mid-transfer is discarded rather than reused.
+                    transfer.complete(.failure(HTTPError(.cancelled, "request cancelled")))
                 }
                 for item in admit {
-                    if cancelled.contains(item.id) {
-                        item.continuation.resume(throwing: HTTPError(.cancelled, "request cancelled"))
-                        continue
-                    }
-                    do {
-                        let transfer = try idle.popLast() ?? CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
-                        try transfer.prepare(item.request, id: item.id, configuration: client.configuration, continuation: item.continuation)
+                    do throws(HTTPError) {
+                        let transfer: CurlTransfer
+                        if let reused = idle.popLast() {
+                            transfer = reused
+                        } else {
+                            transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
+                        }
+                        try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
                         running[item.id] = transfer
                         curl_multi_add_handle(multi, transfer.easy)
                     } catch {
-                        item.continuation.resume(throwing: error)
+                        item.completion(.failure(error))
                     }
                 }
                 curl_multi_perform(multi, &stillRunning)
@@ -173,7 +212,7 @@ public final class HTTPClient: Sendable {
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
                     let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight
-                    state.polling = !canAdmit && state.cancelled.isEmpty && !state.stopping
+                    state.polling = !canAdmit && state.cancelled.isEmpty && !state.cancelAllRequested && !state.stopping
                     return state.polling
                 }
                 if sleep {
@@ -185,15 +224,15 @@ public final class HTTPClient: Sendable {
             // Shutting down: fail everything still queued or running.
             let pending = client.state.withLock { state in
                 defer { state.queued.removeAll() }
-                return state.queued.map(\.continuation)
+                return state.queued
             }
             for transfer in running.values {
                 curl_multi_remove_handle(multi, transfer.easy)
-                transfer.continuation?.resume(throwing: HTTPError(.shutdown, "HTTP client shut down during the request"))
+                transfer.complete(.failure(HTTPError(.shutdown, "HTTP client shut down during the request")))
             }
             running.removeAll()
             idle.removeAll()
-            for continuation in pending { continuation.resume(throwing: HTTPError(.shutdown, "HTTP client is shut down")) }
+            for item in pending { item.completion(.failure(HTTPError(.shutdown, "HTTP client is shut down"))) }
         }
 
         private func harvest(_ multi: UnsafeMutableRawPointer) {
@@ -207,15 +246,11 @@ public final class HTTPClient: Sendable {
                 _ = mw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &pointer)
                 guard let pointer else { continue }
                 let transfer = Unmanaged<CurlTransfer>.fromOpaque(pointer).takeUnretainedValue()
-                guard running.removeValue(forKey: transfer.id) != nil, let continuation = transfer.continuation else { continue }
+                guard running.removeValue(forKey: transfer.id) != nil else { continue }
                 opened += transfer.connectionsOpened
                 let result = transfer.finish(code)
-                transfer.continuation = nil
                 idle.append(transfer)
-                switch result {
-                case .success(let response): continuation.resume(returning: response)
-                case .failure(let error): continuation.resume(throwing: error)
-                }
+                transfer.complete(result)
             }
             if opened > 0 { client.state.withLock { $0.opened += opened } }
         }

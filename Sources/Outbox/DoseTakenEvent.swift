@@ -5,8 +5,8 @@ public struct DoseTakenEvent: Sendable, Equatable {
     public static let eventType = "DOSE_TAKEN"
     /// Valid `slot` values.
     public static let slots: Set<String> = ["morning", "noon", "evening", "bedtime"]
-    /// Longest `recordingGroupId` accepted (SPEC §3 "Bad input"): the key must fit the delivery index.
-    public static let maxRecordingGroupIdLength = 200
+    /// Longest `recordingGroupId` (SPEC §3 "Bad input") and `patientId` accepted: the eventKey must fit the indexes.
+    public static let maxIdentifierLength = 200
 
     public var patientId: String
     /// `YYYY-MM-DD`.
@@ -38,6 +38,10 @@ public struct DoseTakenEvent: Sendable, Equatable {
             throw Invalid("unknown eventType \"\(eventType.prefix(64))\" (expected \(Self.eventType))")
         }
         guard !patientId.isEmpty else { throw Invalid("patientId is empty") }
+        let patientIdLength = patientId.count
+        guard patientIdLength <= maxIdentifierLength else {
+            throw Invalid("patientId is \(patientIdLength) characters; at most \(maxIdentifierLength) are allowed")
+        }
         guard let json = JSONValue.parse(payload) else { throw Invalid("payload is not valid JSON") }
         guard case .object(let fields) = json else { throw Invalid("payload is a JSON \(json.typeName), expected an object") }
 
@@ -53,8 +57,8 @@ public struct DoseTakenEvent: Sendable, Equatable {
         case .string(let value)?:
             guard !value.isEmpty else { throw Invalid("payload.recordingGroupId is an empty string (omit it or use null)") }
             let length = value.count
-            guard length <= maxRecordingGroupIdLength else {
-                throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxRecordingGroupIdLength) are allowed")
+            guard length <= maxIdentifierLength else {
+                throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxIdentifierLength) are allowed")
             }
             recordingGroupId = value
         case let other?: throw Invalid("payload.recordingGroupId is a \(other.typeName), expected a string or null")

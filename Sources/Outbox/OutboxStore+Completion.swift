@@ -52,7 +52,7 @@ extension OutboxStore {
             "lastError" = CASE WHEN NOT p.pending THEN NULL
                                WHEN o.attempts >= $5 THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
                                ELSE p.err END,
-            "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            "eventKey" = p.key, "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM p
         WHERE o.id = p.id AND o."leaseToken" = p.token AND o.status = 'PENDING'
         RETURNING o.id, o.status

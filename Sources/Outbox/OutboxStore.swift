@@ -46,42 +46,42 @@ struct OutboxStore: Sendable {
         SELECT id, "displayName" FROM "Patient" WHERE id = ANY($1::text[])
         """
 
-    /// One delivery per (event, enabled caregiver device); a device already in the table for the key is skipped.
+    /// The whole fan-out in one statement (one round trip, each delivery row written once before its result):
+    /// - `inserted`: one delivery per (event, enabled caregiver device), inserted already leased; a device
+    ///   already in the table for the key is skipped (the unique index decides);
+    /// - `reclaimed`: PENDING deliveries of the keys from an earlier attempt or a crashed worker, leased again;
+    /// - `failed`: a PENDING delivery whose device was disabled since it was inserted will never be sent.
+    /// The three touch disjoint rows (the UPDATEs see only rows that existed before the statement).
     static let fanOutSQL = """
-        INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt")
-        SELECT gen_random_uuid()::text, e.key, d.id, 'PENDING', 0, now()
-        FROM unnest($1::text[], $2::text[]) AS e(key, patient_id)
-        JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
-        JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
-        ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
-        """
-
-    /// Records each event's key with its deliveries (retention spares deliveries of PENDING events by key).
-    static let setEventKeysSQL = """
-        UPDATE "PushOutbox" o SET "eventKey" = v.key
-        FROM unnest($1::bigint[], $2::text[]) AS v(id, key)
-        WHERE o.id = v.id AND o."eventKey" IS DISTINCT FROM v.key
-        """
-
-    /// A PENDING delivery whose device was disabled since it was inserted will never be sent.
-    static let failDisabledSQL = """
-        UPDATE "PushDelivery" pd
-        SET status = 'FAILED', "lastError" = 'device disabled before send', "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM "PushDevice" d
-        WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING' AND d.id = pd."pushDeviceId" AND NOT d."isEnabled"
-          AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
-        """
-
-    /// Leases every sendable PENDING delivery of the keys, including ones a crashed worker inserted.
-    static let claimDeliveriesSQL = """
-        UPDATE "PushDelivery" pd
-        SET attempts = pd.attempts + 1, "leaseToken" = $2::uuid,
-            "leaseExpiresAt" = now() + make_interval(secs => $3::double precision)
-        FROM "PushDevice" d
-        WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING'
-          AND d.id = pd."pushDeviceId" AND d."isEnabled"
-          AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
-        RETURNING pd.id, pd."eventKey", pd."pushDeviceId", d.token, now() AS claimed_at
+        WITH inserted AS (
+            INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
+            SELECT gen_random_uuid()::text, e.key, d.id, 'PENDING', 1, now(), $3::uuid,
+                   now() + make_interval(secs => $4::double precision)
+            FROM unnest($1::text[], $2::text[]) AS e(key, patient_id)
+            JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
+            JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
+            ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
+            RETURNING id, "eventKey", "pushDeviceId"
+        ), reclaimed AS (
+            UPDATE "PushDelivery" pd
+            SET attempts = pd.attempts + 1, "leaseToken" = $3::uuid,
+                "leaseExpiresAt" = now() + make_interval(secs => $4::double precision)
+            FROM "PushDevice" d
+            WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING'
+              AND d.id = pd."pushDeviceId" AND d."isEnabled"
+              AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+            RETURNING pd.id, pd."eventKey", pd."pushDeviceId"
+        ), failed AS (
+            UPDATE "PushDelivery" pd
+            SET status = 'FAILED', "lastError" = 'device disabled before send', "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            FROM "PushDevice" d
+            WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING' AND d.id = pd."pushDeviceId" AND NOT d."isEnabled"
+              AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+            RETURNING pd.id
+        )
+        SELECT x.id, x."eventKey", x."pushDeviceId", d.token, now() AS claimed_at
+        FROM (SELECT * FROM inserted UNION ALL SELECT * FROM reclaimed) x
+        JOIN "PushDevice" d ON d.id = x."pushDeviceId"
         """
 
     /// An event to fan out: its key and patient.
@@ -97,25 +97,27 @@ struct OutboxStore: Sendable {
         var deliveries: [ClaimedDelivery]
     }
 
-    /// Looks up patients, inserts the deliveries of events whose patient exists, and leases every
-    /// PENDING delivery of their keys under `token`, in one transaction.
+    /// Looks up the patients, then fans out the events whose patient exists and leases every sendable
+    /// PENDING delivery of their keys under `token` (two statements, each atomic on its own).
     func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> FanOut {
         var patientIds = Set<String>()
         for event in events { patientIds.insert(event.patientId) }
         let ids = Array(patientIds)
-        return try await client.withTransaction { connection in
+        return try await client.withConnection { connection in
             var names: [String: String] = [:]
             for row in try connection.query(Self.patientsSQL, [.textArray(ids)]) {
                 names[try row[0].string()] = try row[1].string()
             }
-            let known = events.filter { names[$0.patientId] != nil }
-            guard !known.isEmpty else { return FanOut(displayNames: names, deliveries: []) }
-            let keys = known.map(\.eventKey)
-            try connection.query(Self.setEventKeysSQL, [.intArray(known.map(\.id)), .textArray(keys)])
-            try connection.query(Self.fanOutSQL, [.textArray(keys), .textArray(known.map(\.patientId))])
-            let uniqueKeys = Array(Set(keys))
-            try connection.query(Self.failDisabledSQL, [.textArray(uniqueKeys)])
-            let rows = try connection.query(Self.claimDeliveriesSQL, [.textArray(uniqueKeys), .text(token.text), .double(lease.asSeconds)])
+            var keys: [String] = []
+            var patients: [String] = []
+            var seen = Set<String>()
+            for event in events where names[event.patientId] != nil && seen.insert(event.eventKey).inserted {
+                keys.append(event.eventKey)
+                patients.append(event.patientId)
+            }
+            guard !keys.isEmpty else { return FanOut(displayNames: names, deliveries: []) }
+            let rows = try connection.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text),
+                                                             .double(lease.asSeconds)])
             var deliveries: [ClaimedDelivery] = []
             deliveries.reserveCapacity(rows.count)
             for row in rows {

@@ -1,6 +1,6 @@
 /// Builds a pgbench script from the pipeline's own statements (not copies), so the benchmark's
-/// SQL ceiling measures exactly what the worker runs: one claim, one fan-out transaction and one
-/// completion transaction per batch, with every delivery SENT.
+/// SQL ceiling measures exactly what the worker runs: one claim, the patient lookup and the fan-out
+/// statement, and one completion transaction per batch, with every delivery SENT.
 public enum PgbenchScript {
     /// The claim statement (for `scripts/claim-plan`).
     public static var claimSQL: String { OutboxStore.claimSQL }
@@ -24,15 +24,10 @@ public enum PgbenchScript {
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
                    coalesce(array_agg(NULL::text), '{}') AS errs,
                    coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
-            BEGIN;
             \(bind(OutboxStore.patientsSQL, ["pids"]));
-            \(bind(OutboxStore.setEventKeysSQL, ["ids", "keys"]));
-            \(bind(OutboxStore.fanOutSQL, ["keys", "pids"]));
-            \(bind(OutboxStore.failDisabledSQL, ["keys"]));
-            WITH d AS (\(bind(OutboxStore.claimDeliveriesSQL, ["keys", "token", "lease"])))
+            WITH d AS (\(bind(OutboxStore.fanOutSQL, ["keys", "pids", "token", "lease"])))
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
-            COMMIT;
             BEGIN;
             \(bind(OutboxStore.markSentSQL, ["dids", "names", "dtokens"]));
             \(bind(OutboxStore.completeEventsSQL, ["ids", "keys", "delays", "errs", "maxattempts", "etokens"]));

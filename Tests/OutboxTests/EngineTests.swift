@@ -16,14 +16,14 @@ struct EngineTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
-            // ~1.5 KB patient and device ids: each fits its own index, but ("eventKey", "pushDeviceId") does not.
-            let huge = try db.connection.query("SELECT string_agg(md5(g::text), '') AS s FROM generate_series(1, 47) g")[0]["s"].string()
-            try db.patient(huge)
-            try db.link(caregiver: "c-huge", patient: huge)
-            try db.device(owner: "c-huge", token: "token-huge", id: "d" + huge)
+            // A 2.6 KB device id fits the device's own index, but not ("eventKey", "pushDeviceId") with a 200-character group.
+            let huge = try db.connection.query("SELECT string_agg(md5(g::text), '') AS s FROM generate_series(1, 81) g")[0]["s"].string()
+            try db.patient("p-huge")
+            try db.link(caregiver: "c-huge", patient: "p-huge")
+            try db.device(owner: "c-huge", token: "token-huge", id: huge)
             var good: [Int64] = []
             for group in 0..<3 { good.append(try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "before-\(group)"))) }
-            let unindexable = try db.enqueue(patient: huge, payload: Fixtures.payload(group: nil))
+            let unindexable = try db.enqueue(patient: "p-huge", payload: Fixtures.payload(group: String(repeating: "h", count: 200)))
             let tooLong = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: String(repeating: "g", count: 4000)))
             for group in 0..<3 { good.append(try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "after-\(group)"))) }
             let sender = ScriptedSender()
@@ -200,9 +200,15 @@ struct EngineTests {
     }
 }
 
-/// Holds every send until `open()` (cancellation ends the wait: the send then reports a transport retry).
+/// Holds every send until `open()`; `cancelInFlight` answers the held ones with a transport retry.
 final class GatedSender: PushSender, Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>], pushes: [DoseTakenPush])>((false, [], []))
+    private struct State {
+        var open = false
+        var held: [(push: DoseTakenPush, completion: @Sendable (SendOutcome) -> Void)] = []
+        var pushes: [DoseTakenPush] = []
+    }
+
+    private let state = Mutex(State())
     let onStart: @Sendable () -> Void
 
     init(onStart: @escaping @Sendable () -> Void) { self.onStart = onStart }
@@ -210,33 +216,31 @@ final class GatedSender: PushSender, Sendable {
     var pushes: [DoseTakenPush] { state.withLock { $0.pushes } }
 
     func open() {
-        let waiters = state.withLock { state in
+        let held = state.withLock { state in
             state.open = true
-            defer { state.waiters.removeAll() }
-            return state.waiters
+            state.pushes += state.held.map(\.push)
+            defer { state.held.removeAll() }
+            return state.held
         }
-        for waiter in waiters { waiter.resume() }
+        for item in held { item.completion(.sent(messageName: "projects/p/messages/\(item.push.eventKey)")) }
     }
 
-    func send(_ push: DoseTakenPush) async -> SendOutcome {
+    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         onStart()
-        let cancelled = Mutex(false)
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { state -> Bool in
-                    if state.open { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            cancelled.withLock { $0 = true }
-            open()
+        let now = state.withLock { state -> Bool in
+            if state.open { state.pushes.append(push); return true }
+            state.held.append((push, completion))
+            return false
         }
-        if cancelled.withLock({ $0 }) { return .retry(reason: "TRANSPORT_CANCELLED", after: nil, minimumBackoff: nil) }
-        state.withLock { $0.pushes.append(push) }
-        return .sent(messageName: "projects/p/messages/\(push.eventKey)")
+        if now { completion(.sent(messageName: "projects/p/messages/\(push.eventKey)")) }
+    }
+
+    func cancelInFlight() {
+        let held = state.withLock { state in
+            defer { state.held.removeAll() }
+            return state.held
+        }
+        for item in held { item.completion(.retry(reason: "TRANSPORT_CANCELLED", after: nil, minimumBackoff: nil)) }
     }
 }
 
@@ -249,11 +253,15 @@ final class DelayedSender: PushSender, Sendable {
 
     var pushes: [DoseTakenPush] { sent.withLock { $0 } }
 
-    func send(_ push: DoseTakenPush) async -> SendOutcome {
-        try? await Task.sleep(for: delay)
-        sent.withLock { $0.append(push) }
-        return .sent(messageName: "projects/p/messages/\(push.eventKey)")
+    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
+        let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { [self] in
+            sent.withLock { $0.append(push) }
+            completion(.sent(messageName: "projects/p/messages/\(push.eventKey)"))
+        }
     }
+
+    func cancelInFlight() {}
 }
 
 /// Records the order in which pushes were answered.
@@ -265,9 +273,12 @@ final class AnswerOrder: PushSender, Sendable {
 
     var tokens: [String] { order.withLock { $0 } }
 
-    func send(_ push: DoseTakenPush) async -> SendOutcome {
-        let outcome = await inner.send(push)
-        order.withLock { $0.append(push.token) }
-        return outcome
+    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
+        inner.start(push) { [self] outcome in
+            order.withLock { $0.append(push.token) }
+            completion(outcome)
+        }
     }
+
+    func cancelInFlight() { inner.cancelInFlight() }
 }

@@ -76,10 +76,12 @@ final class ScriptedSender: PushSender, @unchecked Sendable {
         self.answer = answer
     }
 
-    func send(_ push: DoseTakenPush) async -> SendOutcome {
+    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         lock.withLock { sent.append(push) }
-        return answer(push)
+        completion(answer(push))
     }
+
+    func cancelInFlight() {}
 
     var pushes: [DoseTakenPush] { lock.withLock { sent } }
 }

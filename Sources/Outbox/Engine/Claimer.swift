@@ -9,7 +9,7 @@ import Postgres
 struct Claimer: Sendable {
     let store: OutboxStore
     let ledger: EventLedger
-    let queue: SendQueue
+    let dispatcher: Dispatcher
     let completer: Completer
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
@@ -113,6 +113,6 @@ struct Claimer: Sendable {
                     slot: event.slot, recordingGroupId: event.recordingGroupId, withinTime: event.withinTime)))
             }
         }
-        queue.enqueue(sends)
+        dispatcher.enqueue(sends)
     }
 }

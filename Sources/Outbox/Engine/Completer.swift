@@ -186,7 +186,14 @@ final class Completer: Sendable {
                 try? await Task.sleep(for: .milliseconds(250))
             } catch {
                 guard batch.count > 1 else {
-                    logger.error("a delivery result was refused by the database", metadata: ["error": "\(error)"])
+                    logger.error("a result was refused by the database", metadata: ["error": "\(error)"])
+                    if let settlement = batch.settlements.first {
+                        // An event whose outcome cannot be written would be claimed again forever: it goes DEAD with the reason.
+                        let reason = (error as? PostgresError).map { "outcome refused by the database: SQLSTATE \($0.sqlState ?? "?"): \($0.message.prefix(300))" }
+                            ?? "outcome refused by the database"
+                        await write(OutboxStore.Completion(finished: [FinishedEvent(id: settlement.id, lease: settlement.lease, status: .dead,
+                                                                                    reason: reason)]), disableReasons: [:])
+                    }
                     return
                 }
                 for single in batch.singles { await write(single, disableReasons: disableReasons) }

@@ -11,7 +11,9 @@ public struct DeliveryEngineConfiguration: Sendable {
     /// Sends in flight at once (`MAX_IN_FLIGHT`).
     public var maxInFlight = 100
     /// The claimer claims while queued + in-flight deliveries are below `maxInFlight × highWaterFactor`.
-    public var highWaterFactor = 2
+    public var highWaterFactor = 4
+    /// Claim loops running side by side, so one claim's round trips overlap another's.
+    public var claimers = 2
     public var pollInterval = Duration.seconds(1)
     public var lease = Duration.seconds(60)
     public var maxAttempts = 10
@@ -75,29 +77,37 @@ public final class DeliveryEngine: Sendable {
         let ledger = EventLedger()
         let queue = SendQueue(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
         let wake = self.wake
+        let stop = self.stop
         let completer = Completer(store: store, ledger: ledger, configuration: configuration, metrics: metrics,
                                   logger: logger, onSettled: { wake.wake() })
-        let claimer = Claimer(store: store, ledger: ledger, queue: queue, completer: completer, configuration: configuration,
-                              logger: logger)
+        let dispatcher = Dispatcher(queue: queue, ledger: ledger, completer: completer, sender: sender, stop: stop,
+                                    onProgress: onProgress)
+        let claimer = Claimer(store: store, ledger: ledger, dispatcher: dispatcher, completer: completer,
+                              configuration: configuration, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, ledger: ledger, configuration: configuration, logger: logger)
         let finished = WakeSignal()
-        let stop = self.stop
-        // A stop wakes the claimer at once; the dispatcher checks it before every send.
+        // A stop wakes the claimers at once; the dispatcher checks it before every send.
         stop.onRequest { wake.wakeAll() }
 
         async let written: Void = completer.run()
         async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
                                                    isStopped: { finished.current > 0 })
-        let claimed = await withDiscardingTaskGroup { group in
-            group.addTask { await self.dispatch(queue: queue, ledger: ledger, completer: completer) }
-            let claimed = await claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle,
-                                          isStopped: { stop.isRequested })
-            // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled
-            // (their outcome is unknown: their deliveries keep their lease, FCM may have them).
-            for send in queue.stop() { completer.skipped(send) }
-            await awaitInFlight(queue)
-            group.cancelAll()
-            return claimed
+        let claimed = await withTaskGroup(of: Int.self) { loops in
+            for _ in 0..<max(1, configuration.claimers) {
+                loops.addTask {
+                    await self.claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle, isStopped: { stop.isRequested })
+                }
+            }
+            return await loops.reduce(0, +)
+        }
+        // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled (their
+        // outcome is unknown: their deliveries keep their lease, FCM may have them).
+        for send in queue.stop() { completer.skipped(send) }
+        await waitForInFlight(queue, until: { stop.deadlinePassed })
+        if queue.inFlight > 0 {
+            dispatcher.abandonInFlight()
+            let grace = ContinuousClock.now + .seconds(2)
+            await waitForInFlight(queue, until: { ContinuousClock.now >= grace })
         }
         for group in ledger.takeAll() {
             var group = group
@@ -147,43 +157,9 @@ public final class DeliveryEngine: Sendable {
         return total
     }
 
-    /// Starts each queued send as soon as a slot is free; each frees its slot when answered.
-    private func dispatch(queue: SendQueue, ledger: EventLedger, completer: Completer) async {
-        let sender = self.sender
-        let onProgress = self.onProgress
-        let stop = self.stop
-        await withDiscardingTaskGroup { group in
-            while let send = await queue.next() {
-                if stop.isRequested {
-                    // Stopping: nothing new is sent; the delivery's lease is given back.
-                    completer.skipped(send)
-                    queue.finished()
-                    continue
-                }
-                guard ledger.isSendable(send) else {
-                    // The lease was taken over: another instance owns this delivery now.
-                    queue.finished()
-                    _ = ledger.close(send.group, delivery: send.delivery.id, .notSent)
-                    continue
-                }
-                group.addTask {
-                    let outcome = await sender.send(send.push)
-                    if Task.isCancelled, case .retry = outcome {
-                        // Cancelled at the stop deadline: FCM may have it, so its lease is kept (no re-send before it expires).
-                        completer.abandoned(send)
-                    } else {
-                        completer.record(send, outcome)
-                    }
-                    queue.finished()
-                    onProgress()
-                }
-            }
-        }
-    }
-
-    /// Waits for the sends in flight, or until the stop's deadline.
-    private func awaitInFlight(_ queue: SendQueue) async {
-        while queue.inFlight > 0 && !stop.deadlinePassed {
+    /// Waits until no send is in flight, or until `until` says to give up (checked every few milliseconds).
+    private func waitForInFlight(_ queue: SendQueue, until: () -> Bool) async {
+        while queue.inFlight > 0 && !until() {
             try? await Task.sleep(for: .milliseconds(5))
         }
     }
