@@ -3,6 +3,7 @@ import Foundation
 import HTTP
 import Logging
 import Metrics
+import Synchronization
 
 // fcm-sender-bench: the FCM sender alone, N sends at a given in-flight bound, against whatever
 // FCM_BASE_URL points at (scripts/bench-sender points it at nginx over HTTP/2).
@@ -20,31 +21,59 @@ let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: accou
                                                            http: HTTPClientConfiguration(maxInFlight: inFlight, caFile: environment["TLS_CA_FILE"])),
                            logger: Logger(label: "bench", logLevel: .error, sink: TextSink()), metrics: MetricsRegistry())
 try await sender.checkCredentials()
-let started = ContinuousClock.now
-let sent = await withTaskGroup(of: Bool.self, returning: Int.self) { group in
-    var next = 0
-    var done = 0
+
+/// The engine's way of sending: each answer (on the HTTP driver thread) starts the next send.
+final class Pump: Sendable {
+    let sender: FCMSender
+    let count: Int
+    let state = Mutex<(next: Int, answered: Int, sent: Int)>((0, 0, 0))
+    let done = DispatchSemaphore(value: 0)
+
+    init(sender: FCMSender, count: Int) {
+        self.sender = sender
+        self.count = count
+    }
+
     func push(_ index: Int) -> DoseTakenPush {
         DoseTakenPush(token: "bench-token-\(index)", eventKey: "doseTaken:bench-\(index)", patientId: "p\(index % 1000)",
                       displayName: "患者", date: "2026-02-11", slot: "morning", recordingGroupId: "bench-\(index)", withinTime: true)
     }
-    while next < min(inFlight, count) {
-        let index = next
-        group.addTask { if case .sent = await sender.send(push(index)) { return true } else { return false } }
-        next += 1
-    }
-    for await ok in group {
-        if ok { done += 1 }
-        if next < count {
-            let index = next
-            group.addTask { if case .sent = await sender.send(push(index)) { return true } else { return false } }
-            next += 1
+
+    func startNext() {
+        let index = state.withLock { state -> Int? in
+            guard state.next < count else { return nil }
+            defer { state.next += 1 }
+            return state.next
+        }
+        guard let index else { return }
+        sender.start(push(index)) { [self] outcome in
+            let finished = state.withLock { state -> Bool in
+                state.answered += 1
+                if case .sent = outcome { state.sent += 1 }
+                return state.answered == count
+            }
+            if finished { done.signal() } else { startNext() }
         }
     }
-    return done
+}
+
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+let pump = Pump(sender: sender, count: count)
+let cpuBefore = cpuSeconds()
+let started = ContinuousClock.now
+for _ in 0..<min(inFlight, count) { pump.startNext() }
+await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+    DispatchQueue.global().async { pump.done.wait(); continuation.resume() }
 }
 let elapsed = ContinuousClock.now - started
+let cpu = cpuSeconds() - cpuBefore
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-print(String(format: "in-flight %d: %d/%d sent in %.2f s = %.0f sends/s, %d connection(s) opened incl. the one to the token endpoint",
-             inFlight, sent, count, seconds, Double(sent) / seconds, sender.http.connectionsOpened))
+let sent = pump.state.withLock { $0.sent }
+print(String(format: "in-flight %d: %d/%d sent in %.2f s = %.0f sends/s, %.1f us CPU per send, %d connection(s) opened incl. the token endpoint",
+             inFlight, sent, count, seconds, Double(sent) / seconds, cpu * 1e6 / Double(max(sent, 1)), sender.http.connectionsOpened))
 sender.shutdown()
