@@ -34,3 +34,10 @@ static inline CURLcode mw_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **v
 static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }
+
+typedef int (*mw_curl_sockopt_callback)(void *clientp, curl_socket_t fd, curlsocktype purpose);
+static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_curl_sockopt_callback callback, void *clientp) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, callback);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, clientp);
+}

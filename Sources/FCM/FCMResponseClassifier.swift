@@ -2,11 +2,17 @@ import Foundation
 
 /// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.
 public enum FCMResponseClassifier {
-    /// A classified response. `unauthenticated` asks the sender to refresh its token and retry once.
+    /// A classified response. `unauthenticated` asks the sender to refresh its token and retry once;
+    /// `projectFault` is a fault of the project or the path to FCM, not of the device (SPEC §3): nothing
+    /// is disabled or failed, the send is retried and the sender pauses as a whole.
     public enum Result: Sendable, Equatable {
         case outcome(SendOutcome)
         case unauthenticated
+        case projectFault(reason: String, retryAfter: Duration?)
     }
+
+    /// FCM's message for an invalid registration token.
+    static let invalidTokenMessage = "registration token"
 
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
@@ -18,8 +24,14 @@ public enum FCMResponseClassifier {
         public var message: String?
         /// `errorCode` of the FcmError detail.
         public var fcmErrorCode: String?
-        /// `field` of each BadRequest field violation (present = a payload bug).
+        /// `field` of each BadRequest field violation.
         public var badRequestFields: [String]?
+
+        /// True when the error names the registration token: by message, or by a `message.token` field violation.
+        public var namesRegistrationToken: Bool {
+            (message?.contains(FCMResponseClassifier.invalidTokenMessage) ?? false)
+                || (badRequestFields?.contains("message.token") ?? false)
+        }
 
         /// Parses the body; nil when it is not Google's error shape.
         public static func parse(_ body: [UInt8]) -> GoogleError? {
@@ -42,7 +54,9 @@ public enum FCMResponseClassifier {
         }
     }
 
-    /// Classifies one response; `now` resolves an HTTP-date Retry-After.
+    /// Classifies one response per SPEC §3's table; `now` resolves an HTTP-date Retry-After.
+    /// A device is disabled only on evidence against its token, never on a fault of the project,
+    /// the network or a proxy.
     public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {
         if status == 200 {
             if let name = fastName(body) { return .outcome(.sent(messageName: name)) }
@@ -62,23 +76,32 @@ public enum FCMResponseClassifier {
             let reason = status == 503 ? "UNAVAILABLE" : status == 500 ? "INTERNAL" : "HTTP \(status)"
             return .outcome(.retry(reason: reason, after: retryAfter, minimumBackoff: nil))
         }
-        if code == "UNREGISTERED" || (code == nil && (status == 404 || error?.status == "NOT_FOUND")) {
+        // Not Google's JSON error (an HTML 404 from a proxy, a wrong FCM_BASE_URL): says nothing about the device.
+        guard let error else {
+            return .projectFault(reason: "HTTP \(status) that is not an FCM answer (check FCM_BASE_URL and any proxy)",
+                                 retryAfter: retryAfter)
+        }
+        if code == "UNREGISTERED" || (code == nil && error.status == "NOT_FOUND") {
             return .outcome(.tokenInvalid(reason: "UNREGISTERED"))
         }
         if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
         if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
         if code == "UNAVAILABLE" || code == "INTERNAL" { return .outcome(.retry(reason: code!, after: retryAfter, minimumBackoff: nil)) }
         if status == 400 || code == "INVALID_ARGUMENT" {
-            if let fields = error?.badRequestFields {
-                // A payload bug: the device is fine, the message is not.
+            if error.namesRegistrationToken { return .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")) }
+            // A payload bug (another field, or none named): the device is fine, the message is not.
+            if let fields = error.badRequestFields, !fields.isEmpty {
                 return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: bad field \(fields.joined(separator: ", ").prefix(120))"))
             }
-            if code == "INVALID_ARGUMENT" { return .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")) }
-            return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT"))
+            return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: \((error.message ?? "no field named").prefix(120))"))
         }
         if status == 401 { return .unauthenticated }
-        if status == 403 { return .outcome(.permanentFailure(reason: error?.status ?? "PERMISSION_DENIED")) }
-        return .outcome(.permanentFailure(reason: code ?? error?.status ?? "HTTP \(status)"))
+        if status == 403 {
+            // Without SENDER_ID_MISMATCH a 403 is the project's: IAM role missing, the API disabled.
+            return .projectFault(reason: error.status ?? "PERMISSION_DENIED", retryAfter: retryAfter)
+        }
+        if status == 404 { return .projectFault(reason: "HTTP 404 \(error.status ?? "")".trimmingCharacters(in: .whitespaces), retryAfter: retryAfter) }
+        return .outcome(.permanentFailure(reason: code ?? error.status ?? "HTTP \(status)"))
     }
 
     /// FCM's success body is `{"name": "projects/…/messages/…"}`: read the name without a JSON parser

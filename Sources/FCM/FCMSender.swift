@@ -30,8 +30,13 @@ public final class FCMSender: PushSender {
     /// The request headers for the current access token, built once per token (not per send).
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
+    private let gate: SendGate
+
+    /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check).
     public init(configuration: FCMConfiguration, logger: Logger, metrics: MetricsRegistry,
-                now: @escaping @Sendable () -> Date = Date.init) throws(HTTPError) {
+                now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in }) throws(HTTPError) {
+        // Overload and connection faults pause after this many in a row (a single device's 429 must not).
+        gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), logger: logger, metrics: metrics, onHealth: onHealth)
         http = try HTTPClient(configuration: configuration.http)
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
                                      logger: logger, now: now)
@@ -47,25 +52,42 @@ public final class FCMSender: PushSender {
     }
 
     public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
+        gate.submit(SendGate.Held(
+            run: { [self] ticket in begin(push, ticket: ticket, completion) },
+            drop: { completion(.notSent(reason: "held while sending was paused for an FCM fault; not transmitted")) }))
+    }
+
+    public func cancelWaiting() { gate.dropHeld() }
+
+    public func cancelInFlight() {
+        gate.dropHeld()
+        http.cancelAll()
+    }
+
+    /// True while sending is paused for a project-wide fault (or waiting for a probe's answer).
+    public var isPaused: Bool { gate.isPaused }
+
+    private func begin(_ push: DoseTakenPush, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
         if let token = tokens.cachedToken() {
-            perform(push, token: token, refreshed: false, completion)
+            perform(push, token: token, refreshed: false, ticket: ticket, completion)
             return
         }
         // No fresh token cached: fetch one (one shared refresh for all callers), then send.
         Task {
             do {
-                perform(push, token: try await tokens.token(), refreshed: false, completion)
+                perform(push, token: try await tokens.token(), refreshed: false, ticket: ticket, completion)
             } catch {
                 logger.warning("cannot get an FCM access token", metadata: ["error": "\(error)"])
+                gate.fault(.project, reason: "OAUTH_TOKEN_UNAVAILABLE", retryAfter: nil, ticket: ticket)
                 completion(.retry(reason: "OAUTH_TOKEN_UNAVAILABLE", after: nil, minimumBackoff: nil))
             }
         }
     }
 
-    public func cancelInFlight() { http.cancelAll() }
-
-    /// One POST; the answer is classified on the HTTP driver thread. A 401 refreshes the token once and retries.
-    private func perform(_ push: DoseTakenPush, token: String, refreshed: Bool, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
+    /// One POST; the answer is classified on the HTTP driver thread and reported to the gate. A 401
+    /// refreshes the token once and retries; one that persists is a project fault.
+    private func perform(_ push: DoseTakenPush, token: String, refreshed: Bool, ticket: UInt64,
+                         _ completion: @escaping @Sendable (SendOutcome) -> Void) {
         let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: FCMMessage.json(for: push))
         let started = ContinuousClock.now
         http.start(request) { [self] result in
@@ -73,8 +95,11 @@ public final class FCMSender: PushSender {
             let response: HTTPResponse
             switch result {
             case .failure(let error):
-                completion(.retry(reason: "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))",
-                                  after: nil, minimumBackoff: nil))
+                let reason = "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))"
+                if error.code != .cancelled && error.code != .shutdown {
+                    gate.fault(.connection, reason: reason, retryAfter: nil, ticket: ticket)
+                }
+                completion(.retry(reason: reason, after: nil, minimumBackoff: nil))
                 return
             case .success(let answer):
                 response = answer
@@ -83,16 +108,26 @@ public final class FCMSender: PushSender {
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
             case .outcome(let outcome):
+                if case .retry(let reason, let after, _) = outcome {
+                    gate.fault(.overload, reason: reason, retryAfter: after, ticket: ticket)
+                } else {
+                    gate.healthy(ticket: ticket)
+                }
                 completion(outcome)
+            case .projectFault(let reason, let retryAfter):
+                gate.fault(.project, reason: reason, retryAfter: retryAfter, ticket: ticket)
+                completion(.retry(reason: "PROJECT_FAULT: \(reason)", after: retryAfter, minimumBackoff: nil))
             case .unauthenticated where refreshed:
+                gate.fault(.project, reason: "UNAUTHENTICATED after a token refresh", retryAfter: nil, ticket: ticket)
                 completion(.retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil))
             case .unauthenticated:
                 // The token was revoked or expired early: refresh once, then try again.
                 Task {
                     await tokens.invalidate(token)
                     do {
-                        perform(push, token: try await tokens.token(), refreshed: true, completion)
+                        perform(push, token: try await tokens.token(), refreshed: true, ticket: ticket, completion)
                     } catch {
+                        gate.fault(.project, reason: "OAUTH_TOKEN_UNAVAILABLE", retryAfter: nil, ticket: ticket)
                         completion(.retry(reason: "UNAUTHENTICATED", after: nil, minimumBackoff: nil))
                     }
                 }

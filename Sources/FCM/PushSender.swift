@@ -39,6 +39,8 @@ public enum SendOutcome: Sendable, Equatable {
     case tokenInvalid(reason: String)
     /// Will never succeed as is (payload bug, APNs credentials): fail, keep the device, alert.
     case permanentFailure(reason: String)
+    /// Never transmitted (held during a pause when the stop came): nothing happened, the delivery is given back.
+    case notSent(reason: String)
 }
 
 /// Sends pushes. The production implementation is `FCMSender`; anything conforming can drive the pipeline.
@@ -50,6 +52,8 @@ public protocol PushSender: Sendable {
     /// Starts one send. `completion` is called exactly once with the classified outcome, on any thread,
     /// possibly before `start` returns; it must not block. Never fails: transport errors are `.retry`.
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void)
+    /// Answers every send not yet transmitted (held during a pause) with `.notSent`, at once (stop).
+    func cancelWaiting()
     /// Abandons every send in flight (the stop deadline passed): each completes promptly with `.retry`.
     func cancelInFlight()
 }

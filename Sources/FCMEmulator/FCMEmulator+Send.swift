@@ -4,6 +4,23 @@ import HTTPServer
 extension FCMEmulator {
     /// `POST /v1/projects/{p}/messages:send`: auth, FCM-like validation, then the answer the token's prefix asks for.
     func send(_ request: HTTPServerRequest, project: String) -> HTTPServerResponse {
+        switch lock.withLock({ projectFault }) {
+        case .htmlNotFound?:
+            count("project_html_404")
+            return HTTPServerResponse(status: 404, headers: ["Content-Type": "text/html; charset=UTF-8"],
+                                      body: Array("<!DOCTYPE html><html><head><title>404 Not Found</title></head><body><h1>Not Found</h1></body></html>".utf8))
+        case .permissionDenied?:
+            count("project_permission_denied")
+            return Self.googleError(403, "PERMISSION_DENIED",
+                                    "Permission 'cloudmessaging.messages.create' denied on resource '//cloudmessaging.googleapis.com/projects/\(project)' (or it may not exist).",
+                                    errorCode: nil)
+        case .unavailable(let seconds)?:
+            count("project_unavailable")
+            return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
+                                    retryAfter: String(seconds))
+        case nil:
+            break
+        }
         guard isAuthorized(request) else {
             count("unauthenticated")
             return Self.googleError(401, "UNAUTHENTICATED",
@@ -42,7 +59,7 @@ extension FCMEmulator {
         }
         let window = configuration.unavailableFor
         if window > .zero, now.timeIntervalSince(startedAt) < Double(window.components.seconds) {
-            let seconds = Int(window.components.seconds)
+            let seconds = Int((configuration.unavailableRetryAfter ?? window).components.seconds)
             lock.withLock { retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
             count("unavailable_window")
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
@@ -70,8 +87,18 @@ extension FCMEmulator {
         let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
             ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
             ("mismatch-", { Self.googleError(403, "PERMISSION_DENIED", "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH") }),
+            // The invalid-token answer in both shapes FCM uses: named by the message, or by a field violation.
             ("invalid-", { Self.googleError(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
                                              errorCode: "INVALID_ARGUMENT") }),
+            ("invalidtokenfield-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.",
+                                                       errorCode: "INVALID_ARGUMENT", violation: ("message.token", "Invalid registration token")) }),
+            // INVALID_ARGUMENT naming no field, and a payload violation on another field: the message is wrong, not the device.
+            ("badarg-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.", errorCode: "INVALID_ARGUMENT") }),
+            ("payload-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.", errorCode: "INVALID_ARGUMENT",
+                                             violation: ("message.apns.payload", "Invalid APNs payload")) }),
+            ("denied-", { Self.googleError(403, "PERMISSION_DENIED",
+                                            "Permission 'cloudmessaging.messages.create' denied on resource '//cloudmessaging.googleapis.com/projects/\(project)' (or it may not exist).",
+                                            errorCode: nil) }),
             ("thirdparty-", { Self.googleError(401, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service",
                                                errorCode: "THIRD_PARTY_AUTH_ERROR") }),
             ("quotanoretry-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED") }),
@@ -104,11 +131,16 @@ extension FCMEmulator {
     }
 
     /// Google's error JSON (`error.code/message/status/details[]`), with an FcmError detail when given.
-    static func googleError(_ code: Int, _ status: String, _ message: String, errorCode: String?, retryAfter: String? = nil) -> HTTPServerResponse {
+    static func googleError(_ code: Int, _ status: String, _ message: String, errorCode: String?, retryAfter: String? = nil,
+                            violation: (field: String, description: String)? = nil) -> HTTPServerResponse {
         var error: [String: Any] = ["code": code, "message": message, "status": status]
-        if let errorCode {
-            error["details"] = [["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode]]
+        var details: [[String: Any]] = []
+        if let errorCode { details.append(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode]) }
+        if let violation {
+            details.append(["@type": "type.googleapis.com/google.rpc.BadRequest",
+                            "fieldViolations": [["field": violation.field, "description": violation.description]]])
         }
+        if !details.isEmpty { error["details"] = details }
         var headers = ["Content-Type": "application/json; charset=UTF-8"]
         if let retryAfter { headers["Retry-After"] = retryAfter }
         return HTTPServerResponse(status: code, headers: headers, body: Array(serialize(["error": error]).utf8))

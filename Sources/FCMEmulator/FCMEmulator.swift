@@ -23,8 +23,10 @@ public final class FCMEmulator: @unchecked Sendable {
         public var latency: Duration = .zero
         /// Keep every accepted message body (tests); off for long benchmarks.
         public var recordMessages = true
-        /// Answer every send with 503 UNAVAILABLE and `Retry-After` this long, for this long after start (fault drills).
+        /// Answer every send with 503 UNAVAILABLE for this long after start (fault drills).
         public var unavailableFor: Duration = .zero
+        /// The `Retry-After` of that window's answers (nil: the window's length).
+        public var unavailableRetryAfter: Duration?
 
         public init(assertionPublicKeyPEM: String, tls: TLSIdentity?) {
             self.assertionPublicKeyPEM = assertionPublicKeyPEM
@@ -65,7 +67,21 @@ public final class FCMEmulator: @unchecked Sendable {
     var scriptedFailures: [String: (count: Int, status: Int)] = [:]
     var acceptedKeys: Set<String> = []
     var retryNotBefore: [String: Date] = [:]
+    var projectFault: ProjectFault?
     let startedAt = Date()
+
+    /// A fault of the whole project or of the path to FCM, answered to every send while set.
+    public enum ProjectFault: Sendable, Equatable {
+        /// 503 UNAVAILABLE with `Retry-After: seconds`.
+        case unavailable(retryAfterSeconds: Int)
+        /// 403 PERMISSION_DENIED without SENDER_ID_MISMATCH (IAM role missing, API disabled).
+        case permissionDenied
+        /// A proxy's (or a mistyped base URL's) HTML 404.
+        case htmlNotFound
+    }
+
+    /// Starts (or with nil, ends) answering every send with a project-wide fault.
+    public func setProjectFault(_ fault: ProjectFault?) { lock.withLock { projectFault = fault } }
 
     /// Starts serving at once.
     public init(configuration: Configuration) throws {

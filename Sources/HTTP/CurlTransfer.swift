@@ -16,6 +16,8 @@ final class CurlTransfer {
     private var errorBuffer: UnsafeMutablePointer<CChar>
     var responseBody: [UInt8] = []
     var responseHeaders: [UInt8] = []
+    /// Times this request was sent again because the server closed the connection before processing it.
+    var resends = 0
     /// The request in progress: its id and who waits for it.
     var id: UInt64 = 0
     private var completion: HTTPClient.Completion?
@@ -55,10 +57,15 @@ final class CurlTransfer {
             // CAINFO replaces the default store, so this file holds the system bundle plus the extra CA.
             try check(mw_easy_setopt_cstr(easy, CURLOPT_CAINFO, caBundlePath), "CAINFO")
         }
-        // A connection silently dropped (NAT, half-open) is noticed by TCP keepalive probes.
+        // Connection health: an idle connection silently dropped (NAT, half-open) is found by TCP keepalive
+        // probes (10 s idle, then every 5 s); one that stops acknowledging what we send is dropped after
+        // `stallTimeout` (TCP_USER_TIMEOUT); none is reused past `maxConnectionAge`, so turnover is routine.
         try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "TCP_KEEPALIVE")
-        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, 30), "TCP_KEEPIDLE")
-        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, 10), "TCP_KEEPINTVL")
+        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, 10), "TCP_KEEPIDLE")
+        try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, 5), "TCP_KEEPINTVL")
+        try check(mw_easy_setopt_sockopt(easy, curlSetUserTimeout, UnsafeMutableRawPointer(bitPattern: configuration.stallTimeout.milliseconds)),
+                  "SOCKOPTFUNCTION")
+        try check(mw_easy_setopt_long(easy, CURLOPT_MAXLIFETIME_CONN, Int(configuration.maxConnectionAge.components.seconds)), "MAXLIFETIME_CONN")
         try check(mw_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, configuration.connectTimeout.milliseconds), "CONNECTTIMEOUT")
         try check(mw_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
         let me = Unmanaged.passUnretained(self).toOpaque()
@@ -74,9 +81,8 @@ final class CurlTransfer {
                  completion: @escaping HTTPClient.Completion) throws(HTTPError) {
         self.id = id
         self.completion = completion
-        responseBody.removeAll(keepingCapacity: true)
-        responseHeaders.removeAll(keepingCapacity: true)
-        errorBuffer[0] = 0
+        resends = 0
+        resetResponse()
         if url != request.url {
             try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
             url = request.url
@@ -126,6 +132,20 @@ final class CurlTransfer {
         }
     }
 
+    /// Clears what a previous try of this request received.
+    func resetResponse() {
+        responseBody.removeAll(keepingCapacity: true)
+        responseHeaders.removeAll(keepingCapacity: true)
+        errorBuffer[0] = 0
+    }
+
+    /// libcurl's "Connection died, tried N times before giving up": the request went out only on connections
+    /// that closed before any answer (a GOAWAY's refused streams), so the server did not process it.
+    func isUnprocessedRetryable(_ code: CURLcode) -> Bool {
+        guard code == CURLE_SEND_ERROR, responseHeaders.isEmpty, responseBody.isEmpty else { return false }
+        return String(cString: errorBuffer).hasPrefix("Connection died")
+    }
+
     /// Hands the result to whoever started the request (exactly once).
     func complete(_ result: Result<HTTPResponse, HTTPError>) {
         let completion = self.completion
@@ -166,6 +186,17 @@ final class CurlTransfer {
         default: .transport
         }
     }
+}
+
+/// CURLOPT_SOCKOPTFUNCTION: data left unacknowledged for the milliseconds passed as `clientp` drops the
+/// connection (TCP_USER_TIMEOUT), so a peer that silently stops answering fails its streams within a
+/// bound instead of after the kernel's default retransmission limit (minutes).
+private func curlSetUserTimeout(_ clientp: UnsafeMutableRawPointer?, _ fd: curl_socket_t, _ purpose: curlsocktype) -> Int32 {
+    var milliseconds = UInt32(truncatingIfNeeded: Int(bitPattern: clientp))
+    if milliseconds > 0 {
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_USER_TIMEOUT, &milliseconds, socklen_t(MemoryLayout<UInt32>.size))
+    }
+    return Int32(CURL_SOCKOPT_OK)
 }
 
 /// CURLOPT_WRITEFUNCTION: append body bytes to the transfer named by `userdata`.

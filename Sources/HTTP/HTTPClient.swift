@@ -85,14 +85,19 @@ public final class HTTPClient: Sendable {
     /// calling task is cancelled first (the request is abandoned; the server may have received it).
     public func execute(_ request: HTTPRequest) async throws(HTTPError) -> HTTPResponse {
         let id = nextId()
-        let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Result<HTTPResponse, HTTPError>, Never>) in
-                start(request, id: id) { continuation.resume(returning: $0) }
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
+                    start(request, id: id) { result in continuation.resume(with: result) }
+                }
+            } onCancel: {
+                cancel(id)
             }
-        } onCancel: {
-            cancel(id)
+        } catch let error as HTTPError {
+            throw error
+        } catch {
+            throw HTTPError(.transport, "\(error)")
         }
-        return try result.get()
     }
 
     /// Starts one request; `completion` gets its result on the driver thread. Returns the request's id (for `cancel`).
@@ -235,6 +240,9 @@ public final class HTTPClient: Sendable {
             for item in pending { item.completion(.failure(HTTPError(.shutdown, "HTTP client is shut down"))) }
         }
 
+        /// Times a request the server never processed is sent again after libcurl gave up on it.
+        static let maxResends = 3
+
         private func harvest(_ multi: UnsafeMutableRawPointer) {
             var remaining: Int32 = 0
             var opened = 0
@@ -246,8 +254,17 @@ public final class HTTPClient: Sendable {
                 _ = mw_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &pointer)
                 guard let pointer else { continue }
                 let transfer = Unmanaged<CurlTransfer>.fromOpaque(pointer).takeUnretainedValue()
-                guard running.removeValue(forKey: transfer.id) != nil else { continue }
+                guard running[transfer.id] != nil else { continue }
                 opened += transfer.connectionsOpened
+                if transfer.isUnprocessedRetryable(code), transfer.resends < Self.maxResends {
+                    // The server closed the connection (GOAWAY, or it died) before processing this request, and
+                    // libcurl's own retries found only doomed connections: send it again on a fresh one.
+                    transfer.resends += 1
+                    transfer.resetResponse()
+                    curl_multi_add_handle(multi, easy)
+                    continue
+                }
+                running.removeValue(forKey: transfer.id)
                 let result = transfer.finish(code)
                 idle.append(transfer)
                 transfer.complete(result)

@@ -75,6 +75,10 @@ public struct HTTPClientConfiguration: Sendable {
     public var caFile: String?
     /// HTTP/2 streams per connection before another connection is opened (FCM allows about 100).
     public var maxStreamsPerConnection: Int
+    /// Sent data unacknowledged this long drops the connection (TCP_USER_TIMEOUT): a silent peer is replaced.
+    public var stallTimeout: Duration = .seconds(20)
+    /// No connection is reused after this age (CURLOPT_MAXLIFETIME_CONN); the next request opens a new one.
+    public var maxConnectionAge: Duration = .seconds(600)
 
     public init(maxInFlight: Int = 100, connectTimeout: Duration = .seconds(10), requestTimeout: Duration = .seconds(30),
                 caFile: String? = nil, maxStreamsPerConnection: Int = 100) {

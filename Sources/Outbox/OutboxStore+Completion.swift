@@ -128,6 +128,8 @@ extension OutboxStore {
             case .tokenInvalid(let reason):
                 failed.0.append(result.deliveryId); failed.1.append(reason); failed.2.append(result.lease.text)
                 disable.0.append(result.deviceId); disable.1.append(result.claimedAt)
+            case .notSent:
+                continue  // the completer releases these instead
             }
         }
         if !sent.0.isEmpty { try connection.query(markSentSQL, [.textArray(sent.0), .textArray(sent.1), .textArray(sent.2)]) }

@@ -45,15 +45,20 @@ final class DaemonParts: Sendable {
         }
         let http = HTTPClientConfiguration(maxInFlight: configuration.maxInFlight, connectTimeout: .seconds(10),
                                            requestTimeout: .seconds(15), caFile: configuration.tlsCAFile)
-        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http),
-                                   logger: logger.child(label: "fcm"), metrics: metrics)
-        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
-
         // A loop that makes no progress for this long counts as stuck: watchdog pings stop, /healthz says so.
         let liveness = Liveness(stallAfter: .seconds(25))
         let health = HealthState(stalled: { liveness.stalled() })
         health.set("database", "down: not checked yet")
         health.set("fcm_credentials", "ok")
+        health.set("fcm", "ok")
+        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http),
+                                   logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
+                                       switch state {
+                                       case .ok: health.set("fcm", "ok")
+                                       case .paused(let fault, let reason): health.set("fcm", "down: sending paused (\(fault.rawValue) fault): \(reason)")
+                                       }
+                                   })
+        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
         health.set("app_store", appStore == nil ? "disabled" : "ok")
         let healthServer: HealthServer
         do {

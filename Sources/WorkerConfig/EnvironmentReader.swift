@@ -40,7 +40,7 @@ struct EnvironmentReader {
     func url(_ name: String, default fallback: String) throws(ConfigurationError) -> String {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.baseURL(text) else {
-            throw ConfigurationError(name, "must be an http(s) URL such as https://host[:port], got \"\(text)\"")
+            throw ConfigurationError(name, "must be an https URL with a host and optional port and nothing else (no path, query or credentials), such as https://host[:port], got \"\(text)\"")
         }
         return value
     }

@@ -44,8 +44,12 @@ public enum ValueParsing {
 
     /// An absolute `http://` or `https://` URL with a host, without a trailing slash.
     public static func baseURL(_ text: String) -> String? {
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http",
-              let host = url.host, !host.isEmpty else { return nil }
+        // https only (credentials and tokens travel in these requests), a host, an optional port, nothing
+        // else: the worker appends the API's own paths, so a path prefix, query or fragment could only
+        // be a mistake that routes every send somewhere unexpected.
+        guard let url = URL(string: text), url.scheme?.lowercased() == "https", let host = url.host, !host.isEmpty,
+              url.query == nil, url.fragment == nil, url.user == nil, url.password == nil,
+              url.path.isEmpty || url.path == "/" else { return nil }
         return text.hasSuffix("/") ? String(text.dropLast()) : text
     }
 

@@ -4,7 +4,7 @@ import HTTPServer
 
 // fcm-emulator: a loopback FCM HTTP v1 + Google OAuth stand-in for the demo, fault suite and benchmark.
 //   fcm-emulator --public-key sa.pub [--cert server.pem --key server.key] [--host 127.0.0.1] [--port 0]
-//                [--latency-ms 0] [--no-record] [--unavailable-seconds N]
+//                [--latency-ms 0] [--no-record] [--unavailable-seconds N [--unavailable-retry-after S]]
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
 
 func fail(_ message: String) -> Never {
@@ -35,6 +35,7 @@ configuration.port = UInt16(options["--port"] ?? "0") ?? 0
 configuration.latency = .milliseconds(Int(options["--latency-ms"] ?? "0") ?? 0)
 configuration.recordMessages = !flags.contains("--no-record")
 configuration.unavailableFor = .seconds(Int(options["--unavailable-seconds"] ?? "0") ?? 0)
+if let retryAfter = options["--unavailable-retry-after"].flatMap(Int.init) { configuration.unavailableRetryAfter = .seconds(retryAfter) }
 let emulator: FCMEmulator
 do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }
 print("fcm-emulator listening on \(emulator.baseURL) (token endpoint \(emulator.tokenURI))")

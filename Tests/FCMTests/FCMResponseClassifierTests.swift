@@ -4,13 +4,13 @@ import Testing
 
 @Suite("FCM error table")
 struct FCMResponseClassifierTests {
-    static func body(_ code: Int, _ status: String, fcm: String? = nil, badRequest: String? = nil) -> [UInt8] {
+    static func body(_ code: Int, _ status: String, fcm: String? = nil, badRequest: String? = nil, message: String = "m") -> [UInt8] {
         var details: [String] = []
         if let fcm { details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(fcm)"}"#) }
         if let badRequest {
             details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(badRequest)","description":"bad"}]}"#)
         }
-        return Array(#"{"error":{"code":\#(code),"message":"m","status":"\#(status)","details":[\#(details.joined(separator: ","))]}}"#.utf8)
+        return Array(#"{"error":{"code":\#(code),"message":"\#(message)","status":"\#(status)","details":[\#(details.joined(separator: ","))]}}"#.utf8)
     }
 
     func classify(_ status: Int, _ body: [UInt8], headers: [String: String] = [:]) -> FCMResponseClassifier.Result {
@@ -24,25 +24,51 @@ struct FCMResponseClassifierTests {
         #expect(classify(200, Array(#"{"name":"projects\/p/messages/3","x":1}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/3")))
     }
 
+    static let invalidTokenMessage = "The registration token is not a valid FCM registration token"
+    static let invalidArgumentMessage = "Request contains an invalid argument."
+
+    /// Evidence against the token, and only that, disables a device.
     @Test func deadTokens_areTokenInvalid() {
         #expect(classify(404, Self.body(404, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
-        #expect(classify(404, Array("not json".utf8)) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+        #expect(classify(404, Self.body(404, "NOT_FOUND", message: "Requested entity was not found."))
+                == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
         #expect(classify(403, Self.body(403, "PERMISSION_DENIED", fcm: "SENDER_ID_MISMATCH")) == .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")))
-        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT")) == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+        // The invalid-token answer names the token by message, by a message.token violation, or both.
+        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", message: Self.invalidTokenMessage))
+                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.token", message: Self.invalidArgumentMessage))
+                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", badRequest: "message.token", message: Self.invalidTokenMessage))
+                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
     }
 
-    @Test func invalidArgument_withBadRequestDetailIsAPayloadBugNotADeadToken() {
-        let outcome = classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.data[0].value"))
-        guard case .outcome(.permanentFailure(let reason)) = outcome else {
-            Issue.record("expected a permanent failure, got \(outcome)")
+    /// INVALID_ARGUMENT naming another field, or none, is a payload bug: FAILED, the device kept.
+    @Test func invalidArgument_notNamingTheToken_isAPayloadBug() {
+        let otherField = classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.data[0].value",
+                                                 message: Self.invalidArgumentMessage))
+        guard case .outcome(.permanentFailure(let reason)) = otherField else {
+            Issue.record("expected a permanent failure, got \(otherField)")
             return
         }
         #expect(reason.contains("message.data[0].value"))
+        let nameless = classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", message: Self.invalidArgumentMessage))
+        guard case .outcome(.permanentFailure) = nameless else {
+            Issue.record("expected a permanent failure, got \(nameless)")
+            return
+        }
+    }
+
+    /// Faults of the project or the path to FCM disable nothing and fail nothing.
+    @Test func projectFaults_areNeitherDeadTokensNorFailures() {
+        #expect(classify(403, Self.body(403, "PERMISSION_DENIED")) == .projectFault(reason: "PERMISSION_DENIED", retryAfter: nil))
+        let html = Array("<!DOCTYPE html><html><body><h1>404 Not Found</h1></body></html>".utf8)
+        guard case .projectFault = classify(404, html) else { Issue.record("HTML 404 taken for a device answer"); return }
+        guard case .projectFault = classify(400, Array("bad request".utf8)) else { Issue.record("non-JSON 400 taken for a device answer"); return }
+        guard case .projectFault = classify(404, Array(#"{"message":"no route"}"#.utf8)) else { Issue.record("foreign JSON taken for FCM's"); return }
     }
 
     @Test func operatorProblems_arePermanentFailures() {
         #expect(classify(401, Self.body(401, "UNAUTHENTICATED", fcm: "THIRD_PARTY_AUTH_ERROR")) == .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")))
-        #expect(classify(403, Self.body(403, "PERMISSION_DENIED")) == .outcome(.permanentFailure(reason: "PERMISSION_DENIED")))
     }
 
     @Test func unauthenticatedWithoutDetail_asksForATokenRefresh() {

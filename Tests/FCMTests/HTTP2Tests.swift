@@ -37,4 +37,35 @@ struct HTTP2Tests {
         #expect(probe.httpVersion == "2")
         #expect(sender.http.connectionsOpened == 1)
     }
+
+    /// nginx sends GOAWAY after every 50 requests on a connection: under load every send still
+    /// succeeds, and nginx answered each exactly once (nothing lost, nothing sent twice).
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func goawayEveryFiftyRequests_everySendAnsweredExactlyOnce() async throws {
+        let fixtures = TLSFixtures.shared
+        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
+                              keepaliveRequests: 50)
+        defer { nginx.stop() }
+        let keys = try fixtures.rsaKeyPair()
+        let base = "https://127.0.0.1:\(nginx.port)"
+        let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
+        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
+                                                                   http: HTTPClientConfiguration(maxInFlight: 100, caFile: fixtures.caFile)),
+                                   logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
+        defer { sender.shutdown() }
+        let outcomes = await withTaskGroup(of: SendOutcome.self, returning: [SendOutcome].self) { group in
+            for index in 0..<1000 {
+                group.addTask {
+                    await sender.send(DoseTakenPush(token: "tok-\(index)", eventKey: "doseTaken:g\(index)", patientId: "p1", displayName: "名前",
+                                                    date: "2026-02-11", slot: "noon", recordingGroupId: "g\(index)", withinTime: true))
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let failures = outcomes.filter { if case .sent = $0 { false } else { true } }
+        #expect(failures.isEmpty, "\(failures.prefix(3))")
+        let answered = nginx.accessLog.filter { $0.contains("messages:send") }
+        #expect(answered.count == 1000)
+        #expect(sender.http.connectionsOpened >= 20)
+    }
 }

@@ -100,7 +100,7 @@ struct DaemonTests {
         let ready = try await rig.get("/readyz")
         #expect(ready.status == 200)
         #expect(String(decoding: ready.body, as: UTF8.self)
-                == #"{"status":"ready","checks":{"app_store":"disabled","database":"ok","fcm_credentials":"ok"}}"#)
+                == #"{"status":"ready","checks":{"app_store":"disabled","database":"ok","fcm":"ok","fcm_credentials":"ok"}}"#)
         let metrics = String(decoding: try await rig.get("/metrics").body, as: UTF8.self)
         for family in ["push_deliveries_total", "push_outbox_events", "push_outbox_oldest_pending_seconds",
                        "push_send_duration_seconds", "push_tokens_disabled_total", "fcm_token_refreshes_total",

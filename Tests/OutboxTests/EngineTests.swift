@@ -235,6 +235,8 @@ final class GatedSender: PushSender, Sendable {
         if now { completion(.sent(messageName: "projects/p/messages/\(push.eventKey)")) }
     }
 
+    func cancelWaiting() {}
+
     func cancelInFlight() {
         let held = state.withLock { state in
             defer { state.held.removeAll() }
@@ -261,6 +263,7 @@ final class DelayedSender: PushSender, Sendable {
         }
     }
 
+    func cancelWaiting() {}
     func cancelInFlight() {}
 }
 
@@ -280,5 +283,6 @@ final class AnswerOrder: PushSender, Sendable {
         }
     }
 
+    func cancelWaiting() { inner.cancelWaiting() }
     func cancelInFlight() { inner.cancelInFlight() }
 }

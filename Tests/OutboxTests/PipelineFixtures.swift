@@ -81,6 +81,7 @@ final class ScriptedSender: PushSender, @unchecked Sendable {
         completion(answer(push))
     }
 
+    func cancelWaiting() {}
     func cancelInFlight() {}
 
     var pushes: [DoseTakenPush] { lock.withLock { sent } }
@@ -100,7 +101,8 @@ func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout De
 }
 
 /// A real `FCMSender` against the loopback emulator over TLS, torn down on every path.
-func withEmulatorSender(maxInFlight: Int = 20, _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
+func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
+                        _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
     let fixtures = TLSFixtures.shared
     let keys = try fixtures.rsaKeyPair()
     var configuration = FCMEmulator.Configuration(
@@ -113,7 +115,7 @@ func withEmulatorSender(maxInFlight: Int = 20, _ body: (FCMSender, FCMEmulator) 
     let sender = try FCMSender(
         configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                         http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
-        logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
+        logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry(), onHealth: onHealth)
     defer { sender.shutdown() }
     try await body(sender, emulator)
 }

@@ -11,14 +11,15 @@ public final class Nginx: @unchecked Sendable {
         ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public init(certificatePEM: String, keyPEM: String, port: UInt16) throws {
+    /// `keepaliveRequests`: requests per connection before nginx sends GOAWAY (connection turnover).
+    public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000) throws {
         guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
         self.port = port
         directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/logs", withIntermediateDirectories: true)
         try certificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
-        try Self.configuration(port: port, directory: directory).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+        try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
         process.standardOutput = FileHandle.nullDevice
@@ -41,21 +42,27 @@ public final class Nginx: @unchecked Sendable {
         }
     }
 
-    /// FCM's success body for sends, a static OAuth answer for /token; access log off.
-    public static func configuration(port: UInt16, directory: String) -> String {
+    /// Requests nginx answered, one access-log line each (`METHOD URI STATUS`).
+    public var accessLog: [String] {
+        ((try? String(contentsOfFile: "\(directory)/logs/access.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// FCM's success body for sends, a static OAuth answer for /token; every answered request logged.
+    public static func configuration(port: UInt16, directory: String, keepaliveRequests: Int = 1_000_000) -> String {
         """
         worker_processes 1;
         pid \(directory)/nginx.pid;
         error_log \(directory)/logs/error.log warn;
         events { worker_connections 4096; }
         http {
-            access_log off;
+            log_format line '$request_method $request_uri $status';
+            access_log \(directory)/logs/access.log line;
             client_body_temp_path \(directory)/body;
             proxy_temp_path \(directory)/proxy;
             fastcgi_temp_path \(directory)/fastcgi;
             uwsgi_temp_path \(directory)/uwsgi;
             scgi_temp_path \(directory)/scgi;
-            keepalive_requests 1000000;
+            keepalive_requests \(keepaliveRequests);
             http2_max_concurrent_streams 128;
             server {
                 listen 127.0.0.1:\(port) ssl http2;

@@ -40,6 +40,10 @@ struct ConfigurationTests {
         ("EVENT_MAX_AGE", "1 week"),
         ("LOG_LEVEL", "verbose"),
         ("FCM_BASE_URL", "fcm.googleapis.com"),
+        ("FCM_BASE_URL", "http://fcm.googleapis.com"),
+        ("FCM_BASE_URL", "https://fcm.googleapis.com/v1/projects"),
+        ("FCM_BASE_URL", "https://fcm.googleapis.com?x=1"),
+        ("FCM_BASE_URL", "https://user:pw@fcm.googleapis.com"),
         ("TLS_CA_FILE", "/nonexistent/ca.pem"),
         ("APPSTORE_ISSUER_ID", "only-this-one"),
     ])

@@ -39,6 +39,10 @@ final class Completer: Sendable {
 
     /// A send was answered: record the delivery, and settle its event if it was the last one.
     func record(_ send: PendingSend, _ outcome: SendOutcome) {
+        if case .notSent = outcome {
+            skipped(send)
+            return
+        }
         report(send, outcome)
         var completion = OutboxStore.Completion(deliveries: [DeliveryResult(delivery: send.delivery, outcome: outcome)])
         if let group = ledger.close(send.group, delivery: send.delivery.id, .answered(outcome)) {
@@ -120,6 +124,8 @@ final class Completer: Sendable {
         case .retry(let reason, _, _):
             metrics.delivered(.retry)
             logger.debug("push will be retried", metadata: metadata(send, reason))
+        case .notSent:
+            break
         }
     }
 

@@ -103,6 +103,7 @@ public final class DeliveryEngine: Sendable {
         // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled (their
         // outcome is unknown: their deliveries keep their lease, FCM may have them).
         for send in queue.stop() { completer.skipped(send) }
+        sender.cancelWaiting()
         await waitForInFlight(queue, until: { stop.deadlinePassed })
         if queue.inFlight > 0 {
             dispatcher.abandonInFlight()

@@ -1,0 +1,107 @@
+import FCM
+import FCMEmulator
+import Foundation
+import Logging
+import Metrics
+@testable import Outbox
+import Postgres
+import Synchronization
+import Testing
+import TestSupport
+
+@Suite("Delivery engine under project-wide FCM faults (emulator)")
+struct FCMFaultTests {
+    /// Polls `condition` every 50 ms for up to `seconds`; false when it never held.
+    static func eventually(_ seconds: Double, _ condition: () throws -> Bool) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if try condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return try condition()
+    }
+
+    static func engine(_ conninfo: String, sender: any PushSender, maxInFlight: Int, stop: StopSignal) -> DeliveryEngine {
+        var configuration = DeliveryEngineConfiguration()
+        configuration.maxInFlight = maxInFlight
+        configuration.batchSize = 20
+        configuration.pollInterval = .milliseconds(100)
+        configuration.backoff = Backoff(base: .milliseconds(200), cap: .seconds(1))
+        return DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: sender, configuration: configuration,
+                              logger: Logger(label: "outbox", sink: MemorySink()), metrics: MetricsRegistry(), stop: stop)
+    }
+
+    /// A misrouted FCM_BASE_URL (a proxy's HTML 404) or a project without the FCM role (403): nothing is disabled,
+    /// nothing FAILED, readiness says why; once fixed, every push is delivered exactly once.
+    @Test(arguments: [FCMEmulator.ProjectFault.htmlNotFound, .permissionDenied])
+    func projectFault_disablesNothingAndDeliversOnceFixed(fault: FCMEmulator.ProjectFault) async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let health = Mutex<[FCMHealth]>([])
+            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: ["token-a", "token-b"])
+                for group in 0..<5 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                emulator.setProjectFault(fault)
+                let stop = StopSignal()
+                let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
+                let running = Task { await engine.run() }
+
+                #expect(try await Self.eventually(10) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } })
+                #expect(try await Self.eventually(10) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'PROJECT_FAULT%'"#)[0]["n"].int() > 0
+                })
+                let during = try db.connection.query(#"""
+                    SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
+                           (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
+                           (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
+                    """#)[0]
+                #expect(try during["disabled"].int() == 0)
+                #expect(try during["settled"].int() == 0)
+                #expect(try during["finished"].int() == 0)
+
+                emulator.setProjectFault(nil)
+                #expect(try await Self.eventually(30) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
+                })
+                stop.request(grace: .seconds(5))
+                await running.value
+                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+                #expect(emulator.stats.distinctAccepted == 10)
+                #expect(emulator.stats.duplicates == 0)
+                #expect(health.withLock { $0.last } == .ok)
+            }
+        }
+    }
+
+    /// FCM answers 503 with Retry-After to everything: the sender pauses as a whole and probes, so the
+    /// requests during the outage stay within a few probes of the in-flight bound; after recovery all
+    /// 100 pushes are delivered exactly once.
+    @Test func projectWideOutage_pausesInsteadOfHammering() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            try await withEmulatorSender(maxInFlight: 10) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: ["token-a"])
+                for group in 0..<100 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                emulator.setProjectFault(.unavailable(retryAfterSeconds: 1))
+                let stop = StopSignal()
+                let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
+                let running = Task { await engine.run() }
+                // The outage, as seen by FCM: 4 s from the first request it refused.
+                #expect(try await Self.eventually(30) { (emulator.stats.sendsByOutcome["project_unavailable"] ?? 0) > 0 })
+                try await Task.sleep(for: .seconds(4))
+                let duringOutage = emulator.stats.sendsByOutcome["project_unavailable"] ?? 0
+                emulator.setProjectFault(nil)
+                #expect(duringOutage >= 10)
+                // 10 in flight, up to 5 more before the pause opens, then one probe a second.
+                #expect(duringOutage <= 10 + 5 + 6, "requests during the outage: \(duringOutage)")
+                #expect(try await Self.eventually(60) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 100
+                })
+                stop.request(grace: .seconds(5))
+                await running.value
+                #expect(emulator.stats.distinctAccepted == 100)
+                #expect(emulator.stats.duplicates == 0)
+            }
+        }
+    }
+}
