@@ -52,7 +52,16 @@ struct OutboxStore: Sendable {
     /// - `reclaimed`: PENDING deliveries of the keys from an earlier attempt or a crashed worker, leased again;
     /// - `failed`: a PENDING delivery whose device was disabled since it was inserted will never be sent.
     /// The three touch disjoint rows (the UPDATEs see only rows that existed before the statement).
-    static let fanOutSQL = """
+    static let fanOutSQL = fanOutCTEs + """
+
+        SELECT x.id, x."eventKey", x."pushDeviceId", d.token, now() AS claimed_at
+        FROM (SELECT * FROM inserted UNION ALL SELECT * FROM reclaimed) x
+        JOIN "PushDevice" d ON d.id = x."pushDeviceId"
+        """
+
+    /// The data-modifying part of `fanOutSQL` (data-modifying CTEs must be at the top level, so the
+    /// benchmark's pgbench script appends its own final SELECT to these).
+    static let fanOutCTEs = """
         WITH inserted AS (
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
             SELECT gen_random_uuid()::text, e.key, d.id, 'PENDING', 1, now(), $3::uuid,
@@ -79,9 +88,6 @@ struct OutboxStore: Sendable {
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id
         )
-        SELECT x.id, x."eventKey", x."pushDeviceId", d.token, now() AS claimed_at
-        FROM (SELECT * FROM inserted UNION ALL SELECT * FROM reclaimed) x
-        JOIN "PushDevice" d ON d.id = x."pushDeviceId"
         """
 
     /// An event to fan out: its key and patient.

@@ -25,7 +25,7 @@ public enum PgbenchScript {
                    coalesce(array_agg(NULL::text), '{}') AS errs,
                    coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
             \(bind(OutboxStore.patientsSQL, ["pids"]));
-            WITH d AS (\(bind(OutboxStore.fanOutSQL, ["keys", "pids", "token", "lease"])))
+            \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease"])), d AS (SELECT id FROM inserted UNION ALL SELECT id FROM reclaimed)
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
             BEGIN;
