@@ -3,28 +3,6 @@ import Foundation
 import Postgres
 
 extension OutboxStore {
-    static let markSentSQL = """
-        UPDATE "PushDelivery" pd
-        SET status = 'SENT', "sentAt" = now(), "fcmMessageId" = v.name, "lastError" = NULL,
-            "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, name, token)
-        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
-        """
-
-    static let markFailedSQL = """
-        UPDATE "PushDelivery" pd
-        SET status = 'FAILED', "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, reason, token)
-        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
-        """
-
-    static let markRetrySQL = """
-        UPDATE "PushDelivery" pd
-        SET "lastError" = v.reason, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::text[], $2::text[], $3::uuid[]) AS v(id, reason, token)
-        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
-        """
-
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began.
     static let disableDevicesSQL = """
         UPDATE "PushDevice" d
@@ -34,23 +12,40 @@ extension OutboxStore {
         RETURNING d.id
         """
 
-    /// DONE when no delivery of the key is PENDING; else DEAD after the last attempt, else due again after the delay.
-    static let completeEventsSQL = """
-        WITH v AS (
-            SELECT * FROM unnest($1::bigint[], $2::text[], $3::double precision[], $4::text[], $6::uuid[])
+    /// Delivery results and event settlements in one statement (one round trip per completer flush):
+    /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
+    /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
+    /// snapshot), else DEAD after the last attempt, else due again after its delay.
+    static let completeSQL = """
+        WITH r AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS r(id, kind, detail, token)
+        ), delivered AS (
+            UPDATE "PushDelivery" pd
+            SET status = CASE r.kind WHEN 'RETRY' THEN pd.status ELSE r.kind END,
+                "sentAt" = CASE WHEN r.kind = 'SENT' THEN now() ELSE pd."sentAt" END,
+                "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
+                "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL ELSE r.detail END,
+                "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            FROM r
+            WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = 'PENDING'
+            RETURNING pd.id, pd.status
+        ), v AS (
+            SELECT * FROM unnest($5::bigint[], $6::text[], $7::double precision[], $8::text[], $9::uuid[])
                 AS v(id, key, delay, err, token)
         ), p AS (
             SELECT v.*, EXISTS (
-                SELECT 1 FROM "PushDelivery" pd WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
+                SELECT 1 FROM "PushDelivery" pd
+                WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
+                  AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
             ) AS pending FROM v
         )
         UPDATE "PushOutbox" o
-        SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= $5 THEN 'DEAD' ELSE 'PENDING' END,
-            "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= $5 THEN now() END,
-            "availableAt" = CASE WHEN p.pending AND o.attempts < $5
+        SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= $10 THEN 'DEAD' ELSE 'PENDING' END,
+            "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= $10 THEN now() END,
+            "availableAt" = CASE WHEN p.pending AND o.attempts < $10
                                  THEN now() + make_interval(secs => p.delay) ELSE o."availableAt" END,
             "lastError" = CASE WHEN NOT p.pending THEN NULL
-                               WHEN o.attempts >= $5 THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
+                               WHEN o.attempts >= $10 THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
                                ELSE p.err END,
             "eventKey" = p.key, "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM p
@@ -107,34 +102,32 @@ extension OutboxStore {
     /// Writes delivery results first, then event outcomes (which look at the deliveries), in one
     /// transaction, each row guarded by its own lease token.
     func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
-        try await client.withTransaction { connection in
-            try Self.write(completion, maxAttempts: maxAttempts, on: connection)
+        // The usual flush (results and settlements, no dead token) is one statement: no BEGIN/COMMIT round trips.
+        let oneStatement = completion.finished.isEmpty && completion.releasedEvents.isEmpty && completion.releasedDeliveries.isEmpty
+            && !completion.deliveries.contains { if case .tokenInvalid = $0.outcome { true } else { false } }
+        return try await client.withConnection { connection in
+            if oneStatement { return try Self.write(completion, maxAttempts: maxAttempts, on: connection) }
+            return try connection.withTransaction { try Self.write(completion, maxAttempts: maxAttempts, on: $0) }
         }
     }
 
     static func write(_ completion: Completion, maxAttempts: Int, on connection: PostgresConnection) throws -> CompletionSummary {
-        var sent = ([String](), [String](), [String]())
-        var failed = ([String](), [String](), [String]())
-        var retry = ([String](), [String](), [String]())
+        var ids: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
         var disable = ([String](), [Date]())
         for result in completion.deliveries {
+            let kind: String, detail: String
             switch result.outcome {
-            case .sent(let name):
-                sent.0.append(result.deliveryId); sent.1.append(name); sent.2.append(result.lease.text)
-            case .permanentFailure(let reason):
-                failed.0.append(result.deliveryId); failed.1.append(reason); failed.2.append(result.lease.text)
-            case .retry(let reason, _, _):
-                retry.0.append(result.deliveryId); retry.1.append(reason); retry.2.append(result.lease.text)
+            case .sent(let name): (kind, detail) = ("SENT", name)
+            case .permanentFailure(let reason): (kind, detail) = ("FAILED", reason)
+            case .retry(let reason, _, _): (kind, detail) = ("RETRY", reason)
             case .tokenInvalid(let reason):
-                failed.0.append(result.deliveryId); failed.1.append(reason); failed.2.append(result.lease.text)
+                (kind, detail) = ("FAILED", reason)
                 disable.0.append(result.deviceId); disable.1.append(result.claimedAt)
             case .notSent:
                 continue  // the completer releases these instead
             }
+            ids.append(result.deliveryId); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
         }
-        if !sent.0.isEmpty { try connection.query(markSentSQL, [.textArray(sent.0), .textArray(sent.1), .textArray(sent.2)]) }
-        if !failed.0.isEmpty { try connection.query(markFailedSQL, [.textArray(failed.0), .textArray(failed.1), .textArray(failed.2)]) }
-        if !retry.0.isEmpty { try connection.query(markRetrySQL, [.textArray(retry.0), .textArray(retry.1), .textArray(retry.2)]) }
         var summary = CompletionSummary()
         if !disable.0.isEmpty {
             summary.disabledDevices = try connection.query(disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)])
@@ -149,11 +142,12 @@ extension OutboxStore {
             for item in finished { summary.eventStatuses[item.id] = item.status.rawValue }
         }
         let events = completion.settlements
-        if !events.isEmpty {
-            let rows = try connection.query(completeEventsSQL, [
+        if !ids.isEmpty || !events.isEmpty {
+            let rows = try connection.query(completeSQL, [
+                .textArray(ids), .textArray(kinds), .textArray(details), .textArray(tokens),
                 .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
                 .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
-                .int(maxAttempts), .textArray(events.map(\.lease.text)),
+                .textArray(events.map(\.lease.text)), .int(maxAttempts),
             ])
             for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].string() }
         }

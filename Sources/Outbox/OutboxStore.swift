@@ -25,7 +25,8 @@ struct OutboxStore: Sendable {
             "availableAt" = now() + make_interval(secs => $4::double precision)
         FROM due WHERE o.id = due.id
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
-                  o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired
+                  o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired,
+                  (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name
         """
 
     /// Claims up to `limit` due events under a new lease.
@@ -36,15 +37,12 @@ struct OutboxStore: Sendable {
         ])
         return try rows.map { row in
             ClaimedEvent(id: Int64(try row[0].int()), eventType: try row[1].string(), patientId: try row[2].string(),
-                         payload: try row[3].string(), attempts: try row[4].int(), expired: try row[5].bool(), lease: token)
+                         payload: try row[3].string(), attempts: try row[4].int(), expired: try row[5].bool(),
+                         displayName: row[6].optionalString(), lease: token)
         }.sorted { $0.id < $1.id }
     }
 
     // MARK: Fan-out
-
-    static let patientsSQL = """
-        SELECT id, "displayName" FROM "Patient" WHERE id = ANY($1::text[])
-        """
 
     /// The whole fan-out in one statement (one round trip, each delivery row written once before its result):
     /// - `inserted`: one delivery per (event, enabled caregiver device), inserted already leased; a device
@@ -97,40 +95,24 @@ struct OutboxStore: Sendable {
         var patientId: String
     }
 
-    /// Result of a fan-out: patients found and the deliveries this worker now holds.
-    struct FanOut: Sendable {
-        var displayNames: [String: String]
-        var deliveries: [ClaimedDelivery]
-    }
-
-    /// Looks up the patients, then fans out the events whose patient exists and leases every sendable
-    /// PENDING delivery of their keys under `token` (two statements, each atomic on its own).
-    func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> FanOut {
-        var patientIds = Set<String>()
-        for event in events { patientIds.insert(event.patientId) }
-        let ids = Array(patientIds)
-        return try await client.withConnection { connection in
-            var names: [String: String] = [:]
-            for row in try connection.query(Self.patientsSQL, [.textArray(ids)]) {
-                names[try row[0].string()] = try row[1].string()
-            }
-            var keys: [String] = []
-            var patients: [String] = []
-            var seen = Set<String>()
-            for event in events where names[event.patientId] != nil && seen.insert(event.eventKey).inserted {
-                keys.append(event.eventKey)
-                patients.append(event.patientId)
-            }
-            guard !keys.isEmpty else { return FanOut(displayNames: names, deliveries: []) }
-            let rows = try connection.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text),
-                                                             .double(lease.asSeconds)])
-            var deliveries: [ClaimedDelivery] = []
-            deliveries.reserveCapacity(rows.count)
-            for row in rows {
-                deliveries.append(ClaimedDelivery(id: try row[0].string(), eventKey: try row[1].string(), deviceId: try row[2].string(),
-                                                  token: try row[3].string(), claimedAt: try row[4].date(), lease: token))
-            }
-            return FanOut(displayNames: names, deliveries: deliveries)
+    /// Fans out the events (their patients exist) and leases every sendable PENDING delivery of their
+    /// keys under `token`: one statement, atomic on its own. Returns the deliveries this worker now holds.
+    func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> [ClaimedDelivery] {
+        var keys: [String] = []
+        var patients: [String] = []
+        var seen = Set<String>()
+        for event in events where seen.insert(event.eventKey).inserted {
+            keys.append(event.eventKey)
+            patients.append(event.patientId)
         }
+        guard !keys.isEmpty else { return [] }
+        let rows = try await client.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text), .double(lease.asSeconds)])
+        var deliveries: [ClaimedDelivery] = []
+        deliveries.reserveCapacity(rows.count)
+        for row in rows {
+            deliveries.append(ClaimedDelivery(id: try row[0].string(), eventKey: try row[1].string(), deviceId: try row[2].string(),
+                                              token: try row[3].string(), claimedAt: try row[4].date(), lease: token))
+        }
+        return deliveries
     }
 }

@@ -1,6 +1,6 @@
 /// Builds a pgbench script from the pipeline's own statements (not copies), so the benchmark's
-/// SQL ceiling measures exactly what the worker runs: one claim, the patient lookup and the fan-out
-/// statement, and one completion transaction per batch, with every delivery SENT.
+/// SQL ceiling measures exactly what the worker runs: per batch, one claim, the fan-out statement and
+/// the completion statement, with every delivery SENT.
 public enum PgbenchScript {
     /// The claim statement (for `scripts/claim-plan`).
     public static var claimSQL: String { OutboxStore.claimSQL }
@@ -24,14 +24,11 @@ public enum PgbenchScript {
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
                    coalesce(array_agg(NULL::text), '{}') AS errs,
                    coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
-            \(bind(OutboxStore.patientsSQL, ["pids"]));
             \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease"])), d AS (SELECT id FROM inserted UNION ALL SELECT id FROM reclaimed)
-            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
+            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
+                   coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
-            BEGIN;
-            \(bind(OutboxStore.markSentSQL, ["dids", "names", "dtokens"]));
-            \(bind(OutboxStore.completeEventsSQL, ["ids", "keys", "delays", "errs", "maxattempts", "etokens"]));
-            COMMIT;
+            \(bind(OutboxStore.completeSQL, ["dids", "dkinds", "names", "dtokens", "ids", "keys", "delays", "errs", "etokens", "maxattempts"]));
 
             """
     }

@@ -46,8 +46,8 @@ struct FCMFaultTests {
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
                 let running = Task { await engine.run() }
 
-                #expect(try await Self.eventually(10) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } })
-                #expect(try await Self.eventually(10) {
+                #expect(try await Self.eventually(30) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } })
+                #expect(try await Self.eventually(30) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'PROJECT_FAULT%'"#)[0]["n"].int() > 0
                 })
                 let during = try db.connection.query(#"""

@@ -105,7 +105,7 @@ struct PipelineTests {
             #expect(try row["status"].string() == "PENDING")
             #expect(try row["attempts"].int() == 1)
             #expect(row["lastError"].optionalString() == "UNAVAILABLE")
-            #expect(try row["wait"].double() >= 119)
+            #expect(try row["wait"].double() >= 100)  // Retry-After (120 s), not the 2 s backoff; slack for a loaded machine
             #expect(try row["released"].bool())
             #expect(try db.deliveries().map(\.status) == ["PENDING"])
         }
@@ -120,7 +120,7 @@ struct PipelineTests {
             try await makeWorker(conninfo, sender: sender).0.drain()
             let wait = try db.connection.query(#"SELECT extract(epoch FROM "availableAt" - now())::float8 AS w FROM "PushOutbox" WHERE id = $1"#,
                                                [.int(id)])[0]["w"].double()
-            #expect(wait >= 59)
+            #expect(wait >= 50)  // the 60 s QUOTA floor, not the 2 s backoff; slack for a loaded machine
         }
     }
 

@@ -29,7 +29,12 @@ struct Claimer: Sendable {
                 continue
             }
             do {
-                valid.append((claim, try DoseTakenEvent.parse(eventType: claim.eventType, patientId: claim.patientId, payload: claim.payload)))
+                let event = try DoseTakenEvent.parse(eventType: claim.eventType, patientId: claim.patientId, payload: claim.payload)
+                guard claim.displayName != nil else {
+                    finished.append(dead(claim, "unknown patient \(claim.patientId.prefix(64)): no \"Patient\" row"))
+                    continue
+                }
+                valid.append((claim, event))
             } catch {
                 finished.append(dead(claim, error.reason))
             }
@@ -57,14 +62,14 @@ struct Claimer: Sendable {
         let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
-            start(valid, result, finished: &finished)
+            start(valid, result)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
             logger.notice("fan-out failed for a group of events; retrying them one at a time",
                           metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
             for (index, item) in valid.enumerated() {
                 do {
                     let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
-                    start([item], result, finished: &finished)
+                    start([item], result)
                 } catch let error as PostgresError where !error.isConnectionError {
                     finished.append(dead(item.claim, Self.reason(error)))
                 }
@@ -79,24 +84,19 @@ struct Claimer: Sendable {
         "fan-out refused by the database: SQLSTATE \(error.sqlState ?? "?"): \(error.message.prefix(300))"
     }
 
-    /// Opens one ledger group per eventKey and queues its sends; events of unknown patients go DEAD.
-    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: OutboxStore.FanOut,
-                       finished: inout [FinishedEvent]) {
+    /// Opens one ledger group per eventKey and queues its sends.
+    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery]) {
         var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
         var order: [String] = []
         for item in valid {
-            guard fanOut.displayNames[item.event.patientId] != nil else {
-                finished.append(dead(item.claim, "unknown patient \(item.event.patientId.prefix(64)): no \"Patient\" row"))
-                continue
-            }
             if groups[item.event.eventKey] == nil { order.append(item.event.eventKey) }
             groups[item.event.eventKey, default: []].append(item)
         }
         var deliveriesByKey: [String: [ClaimedDelivery]] = [:]
-        for delivery in fanOut.deliveries { deliveriesByKey[delivery.eventKey, default: []].append(delivery) }
+        for delivery in fanOut { deliveriesByKey[delivery.eventKey, default: []].append(delivery) }
 
         var sends: [PendingSend] = []
-        sends.reserveCapacity(fanOut.deliveries.count)
+        sends.reserveCapacity(fanOut.count)
         for key in order {
             let members = groups[key]!
             let deliveries = deliveriesByKey[key] ?? []
@@ -106,7 +106,7 @@ struct Claimer: Sendable {
                 continue
             }
             let event = members[0].event
-            let name = fanOut.displayNames[event.patientId]!
+            let name = members[0].claim.displayName ?? ""
             for delivery in deliveries {
                 sends.append(PendingSend(group: id, delivery: delivery, push: DoseTakenPush(
                     token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name, date: event.date,

@@ -25,6 +25,8 @@ public struct ClaimedEvent: Sendable {
     public var attempts: Int
     /// Older than EVENT_MAX_AGE when claimed.
     public var expired: Bool
+    /// The patient's `"displayName"`, nil when no `"Patient"` row has this id (never logged).
+    public var displayName: String?
     public var lease: LeaseToken
 }
 
