@@ -64,9 +64,6 @@ public final class FCMSender: PushSender {
         http.cancelAll()
     }
 
-    /// True while sending is paused for a project-wide fault (or waiting for a probe's answer).
-    public var isPaused: Bool { gate.isPaused }
-
     private func begin(_ push: DoseTakenPush, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
         if let token = tokens.cachedToken() {
             perform(push, token: token, refreshed: false, ticket: ticket, completion)

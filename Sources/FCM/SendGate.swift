@@ -185,12 +185,4 @@ final class SendGate: Sendable {
         }
         for item in held { item.drop() }
     }
-
-    /// True while sending is paused or waiting for a probe's answer.
-    var isPaused: Bool {
-        state.withLock { state in
-            if case .open = state.phase { return false }
-            return true
-        }
-    }
 }

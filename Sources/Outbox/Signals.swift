@@ -1,7 +1,7 @@
 import Foundation
 
-/// Wakes every waiting lane (NOTIFY arrived, or a stop was requested). A wake that happens
-/// while a lane is busy is not lost: `wait(after:)` returns at once when the generation moved.
+/// Wakes waiting loops (NOTIFY arrived, events settled, or a stop was requested). A wake that happens
+/// while a loop is busy is not lost: `wait(after:)` returns at once when the generation moved.
 public final class WakeSignal: @unchecked Sendable {
     private let lock = NSLock()
     private var generation: UInt64 = 0
@@ -12,8 +12,8 @@ public final class WakeSignal: @unchecked Sendable {
     /// The current generation; pass it to `wait(after:timeout:)`.
     public var current: UInt64 { lock.withLock { generation } }
 
-    /// Wakes one waiter (new work: one lane claims it, and wakes another if it found a full batch);
-    /// busy lanes see the generation move and look again when they finish.
+    /// Wakes one waiter (new work: one claimer takes it); busy loops see the generation move and look
+    /// again when they finish.
     public func wake() {
         let woken = lock.withLock { () -> CheckedContinuation<Void, Never>? in
             generation &+= 1
@@ -57,7 +57,7 @@ public final class WakeSignal: @unchecked Sendable {
     }
 }
 
-/// A graceful-stop request with its deadline, shared by the lanes.
+/// A graceful-stop request with its deadline, shared by the loops.
 public final class StopSignal: @unchecked Sendable {
     private let lock = NSLock()
     private var deadline: ContinuousClock.Instant?
@@ -92,41 +92,5 @@ public final class StopSignal: @unchecked Sendable {
     public var deadlinePassed: Bool {
         guard let deadline = lock.withLock({ deadline }) else { return false }
         return ContinuousClock.now >= deadline
-    }
-
-    /// Returns once a stop was requested and its grace period is over (or the task is cancelled).
-    public func waitForDeadline() async {
-        while !Task.isCancelled {
-            if let deadline = lock.withLock({ deadline }), ContinuousClock.now >= deadline { return }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-    }
-}
-
-/// Bounds concurrent sends across lanes (`MAX_IN_FLIGHT`).
-public final class AsyncSemaphore: @unchecked Sendable {
-    private let lock = NSLock()
-    private var available: Int
-    private var waiters: [CheckedContinuation<Void, Never>] = []
-
-    public init(_ count: Int) { available = count }
-
-    public func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let granted = lock.withLock { () -> Bool in
-                if available > 0 { available -= 1; return true }
-                waiters.append(continuation)
-                return false
-            }
-            if granted { continuation.resume() }
-        }
-    }
-
-    public func release() {
-        let next = lock.withLock { () -> CheckedContinuation<Void, Never>? in
-            if waiters.isEmpty { available += 1; return nil }
-            return waiters.removeFirst()
-        }
-        next?.resume()
     }
 }

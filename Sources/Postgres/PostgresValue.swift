@@ -21,11 +21,6 @@ public enum PostgresValue: Sendable, Hashable {
     /// A one-dimensional array of timestamps (use `$1::timestamptz[]`).
     case timestampArray([Date])
 
-    /// The text-format wire representation; nil for SQL NULL.
-    public var wireText: String? {
-        wireBytes.map { String(decoding: $0.dropLast(), as: UTF8.self) }
-    }
-
     /// The text-format wire representation as NUL-terminated UTF-8 (what libpq reads); nil for SQL NULL.
     /// Built over bytes: array literals quote every element, escaping only `"` and `\`.
     var wireBytes: [UInt8]? {
@@ -71,12 +66,6 @@ public enum PostgresValue: Sendable, Hashable {
             out.append(byte)
         }
         out.append(UInt8(ascii: "\""))
-    }
-
-    static func quoteArrayElement(_ value: String) -> String {
-        var out: [UInt8] = []
-        appendQuoted(value, to: &out)
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// `yyyy-MM-dd HH:mm:ss.SSSSSS+00`, which PostgreSQL reads whatever its DateStyle.

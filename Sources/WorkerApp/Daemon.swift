@@ -42,10 +42,10 @@ struct Supervisor {
 
     func run() async -> Int32 {
         let stop = StopSignal()
-        // Two signals: `work` wakes one lane per NOTIFY; `wake` paces the other loops and both wake on stop.
+        // Two signals: `work` wakes one claimer per NOTIFY; `wake` paces the other loops and both wake on stop.
         let work = WakeSignal()
         let wake = WakeSignal()
-        // Four lanes plus the delivery-result writers; each holds a connection only for one statement or transaction.
+        // Two claimers, the completer and the lease heartbeat; each holds a connection only for one statement or transaction.
         // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
         // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
         // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).

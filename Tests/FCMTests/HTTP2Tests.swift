@@ -8,20 +8,23 @@ import TestSupport
 
 @Suite("HTTP/2 multiplexing against nginx")
 struct HTTP2Tests {
-    /// 1,000 sends with 100 in flight share one TLS connection (ALPN h2, streams multiplexed).
-    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
-    func thousandSendsAtHundredInFlight_useOneConnection() async throws {
+    /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
+    static func rig(keepaliveRequests: Int = 1_000_000) throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
-        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
-        defer { nginx.stop() }
+        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
+                              keepaliveRequests: keepaliveRequests)
         let keys = try fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
         let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
         let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
                                                                    http: HTTPClientConfiguration(maxInFlight: 100, caFile: fixtures.caFile)),
                                    logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
-        defer { sender.shutdown() }
-        let outcomes = await withTaskGroup(of: SendOutcome.self, returning: [SendOutcome].self) { group in
+        return (nginx, sender, base)
+    }
+
+    /// 1,000 distinct pushes, all at once (the client's in-flight bound queues the rest).
+    static func sendThousand(_ sender: FCMSender) async -> [SendOutcome] {
+        await withTaskGroup(of: SendOutcome.self, returning: [SendOutcome].self) { group in
             for index in 0..<1000 {
                 group.addTask {
                     await sender.send(DoseTakenPush(token: "tok-\(index)", eventKey: "doseTaken:g\(index)", patientId: "p1", displayName: "名前",
@@ -30,6 +33,14 @@ struct HTTP2Tests {
             }
             return await group.reduce(into: []) { $0.append($1) }
         }
+    }
+
+    /// 1,000 sends with 100 in flight share one TLS connection (ALPN h2, streams multiplexed).
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func thousandSendsAtHundredInFlight_useOneConnection() async throws {
+        let (nginx, sender, base) = try Self.rig()
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
         #expect(outcomes.count == 1000)
         #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
         #expect(sender.http.connectionsOpened == 1)
@@ -42,26 +53,9 @@ struct HTTP2Tests {
     /// succeeds, and nginx answered each exactly once (nothing lost, nothing sent twice).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func goawayEveryFiftyRequests_everySendAnsweredExactlyOnce() async throws {
-        let fixtures = TLSFixtures.shared
-        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
-                              keepaliveRequests: 50)
-        defer { nginx.stop() }
-        let keys = try fixtures.rsaKeyPair()
-        let base = "https://127.0.0.1:\(nginx.port)"
-        let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
-        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
-                                                                   http: HTTPClientConfiguration(maxInFlight: 100, caFile: fixtures.caFile)),
-                                   logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
-        defer { sender.shutdown() }
-        let outcomes = await withTaskGroup(of: SendOutcome.self, returning: [SendOutcome].self) { group in
-            for index in 0..<1000 {
-                group.addTask {
-                    await sender.send(DoseTakenPush(token: "tok-\(index)", eventKey: "doseTaken:g\(index)", patientId: "p1", displayName: "名前",
-                                                    date: "2026-02-11", slot: "noon", recordingGroupId: "g\(index)", withinTime: true))
-                }
-            }
-            return await group.reduce(into: []) { $0.append($1) }
-        }
+        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
         let failures = outcomes.filter { if case .sent = $0 { false } else { true } }
         #expect(failures.isEmpty, "\(failures.prefix(3))")
         let answered = nginx.accessLog.filter { $0.contains("messages:send") }
