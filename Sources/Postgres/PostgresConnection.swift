@@ -9,10 +9,32 @@ public final class PostgresConnection {
 
     /// Opens a connection from a libpq conninfo string or `postgresql://` URI; `settings` are
     /// applied to the session with `set_config` (e.g. `synchronous_commit`).
+    /// Bounded waits for every connection unless the conninfo sets its own (SPEC §3 "A database that
+    /// hangs"): a server that accepts TCP and never answers fails the connection attempt after
+    /// `connect_timeout`; a peer that silently vanishes is found by keepalives, and data it stops
+    /// acknowledging drops the connection after `tcp_user_timeout` milliseconds.
+    public static let boundedWaits: [(String, String)] = [
+        ("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"),
+        ("keepalives_count", "3"), ("tcp_user_timeout", "20000"),
+    ]
+
     public init(conninfo: String, settings: [String: String] = [:]) throws(PostgresError) {
+        // The defaults come first and `dbname` (the whole conninfo, expanded) after them: "values that
+        // appear later ... override earlier ones", so anything the operator wrote wins (libpq docs,
+        // PQconnectdbParams with expand_dbname).
+        let pairs = Self.boundedWaits + [("dbname", conninfo)]
         // "Note that ... you should call PQfinish when you are finished with it ... even if the
         // backend connection attempt fails" (libpq docs, PQconnectdb).
-        guard let connection = PQconnectdb(conninfo) else {
+        let opened: OpaquePointer? = withCStringArray(pairs.map { Array($0.0.utf8CString).map { UInt8(bitPattern: $0) } }) { keywords in
+            withCStringArray(pairs.map { Array($0.1.utf8CString).map { UInt8(bitPattern: $0) } }) { values in
+                (keywords + [nil]).withUnsafeBufferPointer { keywordPointers in
+                    (values + [nil]).withUnsafeBufferPointer { valuePointers in
+                        PQconnectdbParams(keywordPointers.baseAddress, valuePointers.baseAddress, 1)
+                    }
+                }
+            }
+        }
+        guard let connection = opened else {
             throw PostgresError(.connectionFailed, message: "libpq could not allocate a connection")
         }
         guard PQstatus(connection) == CONNECTION_OK else {
