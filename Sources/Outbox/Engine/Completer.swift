@@ -5,9 +5,9 @@ import Postgres
 import Synchronization
 
 /// Writes what the pipeline learned, in batches: delivery results as FCM answers them, and each
-/// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. A
-/// flush happens `flushDelay` after the first buffered item, or at once at `flushCount` items;
-/// items arriving during a write go into the next one.
+/// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle
+/// writer flushes `completerFlushDelay` after the first item, or at once at `completerFlushCount`
+/// items; items arriving during a write go into the next one, written as soon as that one ends.
 final class Completer: Sendable {
     private struct State {
         var buffer = OutboxStore.Completion()
@@ -136,13 +136,13 @@ final class Completer: Sendable {
 
     // MARK: The writer
 
-    /// Flushes until closed and empty.
+    /// Flushes until closed and empty. Lingers `completerFlushDelay` only when the first item arrives at an
+    /// idle writer (to gather a batch); items that piled up during a write are flushed at once.
     func run() async {
         while true {
-            let closedAndEmpty = await waitForItems()
-            if closedAndEmpty { return }
+            guard let parked = await waitForItems() else { return }
             let full = state.withLock { $0.buffer.count >= configuration.completerFlushCount || $0.closed }
-            if !full { try? await Task.sleep(for: configuration.completerFlushDelay) }
+            if parked && !full { try? await Task.sleep(for: configuration.completerFlushDelay) }
             let (batch, reasons) = state.withLock { state -> (OutboxStore.Completion, [String: String]) in
                 defer { state.buffer = OutboxStore.Completion(); state.disableReasons.removeAll(keepingCapacity: true) }
                 return (state.buffer, state.disableReasons)
@@ -151,22 +151,25 @@ final class Completer: Sendable {
         }
     }
 
-    /// Waits until something is buffered; true when closed with nothing left.
-    private func waitForItems() async -> Bool {
+    /// Waits until something is buffered: true when it had to wait (the writer was idle), false when items were
+    /// already there, nil when closed with nothing left.
+    private func waitForItems() async -> Bool? {
+        var parked = false
         while true {
             let ready = state.withLock { state -> Bool? in
-                if !state.buffer.isEmpty { return false }
-                return state.closed ? true : nil
+                if !state.buffer.isEmpty { return true }
+                return state.closed ? false : nil
             }
-            if let ready { return ready }
+            if let ready { return ready ? parked : nil }
+            parked = true
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 // Park until `add` or `close`; re-checked under the lock so no wake-up is lost.
-                let parked = state.withLock { state -> Bool in
+                let waiting = state.withLock { state -> Bool in
                     guard state.buffer.isEmpty, !state.closed else { return false }
                     state.waiter = continuation
                     return true
                 }
-                if !parked { continuation.resume() }
+                if !waiting { continuation.resume() }
             }
         }
     }
