@@ -108,17 +108,9 @@ struct PostgresConnectionTests {
     /// A server that accepts TCP and never answers (the kernel completes the handshake; nobody reads):
     /// the connection attempt fails with libpq's connect timeout instead of waiting for minutes.
     @Test func serverThatNeverAnswers_failsTheConnectionWithinTheDefaultTimeout() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        #expect(listen(fd, 8) == 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        let port = UInt16(bigEndian: address.sin_port)
+        let server = LoopbackSocket(listen: true)
+        defer { server.close() }
+        let port = server.port
         let error = #expect(throws: PostgresError.self) {
             _ = try PostgresConnection(conninfo: "host=127.0.0.1 port=\(port) user=nobody dbname=nothing sslmode=disable")
         }

@@ -83,16 +83,9 @@ public final class Nginx: @unchecked Sendable {
 
     /// A free loopback port (bind 0, read it, close).
     public static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return UInt16(bigEndian: address.sin_port)
+        let socket = LoopbackSocket(listen: false)
+        defer { socket.close() }
+        return socket.port
     }
 
     static func canConnect(_ port: UInt16) -> Bool {

@@ -1,0 +1,25 @@
+import Foundation
+
+/// A TCP socket bound to 127.0.0.1 on a port the kernel picks (tests that need a free port, or a
+/// server that accepts connections and never answers).
+public struct LoopbackSocket {
+    public let fd: Int32
+    public let port: UInt16
+
+    /// Binds, and with `listen` accepts connections into the backlog (the kernel completes the handshake).
+    public init(listen shouldListen: Bool) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        if shouldListen { _ = Glibc.listen(fd, 8) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        self.fd = fd
+        port = UInt16(bigEndian: address.sin_port)
+    }
+
+    public func close() { _ = Glibc.close(fd) }
+}
