@@ -106,9 +106,10 @@ public enum FCMResponseClassifier {
 
     /// FCM's success body is `{"name": "projects/…/messages/…"}`: read the name without a JSON parser
     /// when it has that exact shape (no escapes); nil sends the caller to the full parser.
+    private static let nameKey = Array(#""name""#.utf8)
+
     static func fastName(_ body: [UInt8]) -> String? {
-        let key = Array(#""name""#.utf8)
-        guard body.count < 512, let start = body.firstRange(of: key)?.upperBound else { return nil }
+        guard body.count < 512, let start = body.firstRange(of: nameKey)?.upperBound else { return nil }
         var index = start
         func skipSpace() { while index < body.count, [0x20, 0x0A, 0x0D, 0x09].contains(body[index]) { index += 1 } }
         skipSpace()

@@ -11,6 +11,8 @@ struct PipelineMetrics: Sendable {
 
     let registry: MetricsRegistry
     private let deliveries: [Counter]
+    /// `push_outbox_processed_total` by the statuses a settlement writes, looked up once.
+    private let processed: [String: Counter]
 
     init(_ registry: MetricsRegistry) {
         self.registry = registry
@@ -18,6 +20,14 @@ struct PipelineMetrics: Sendable {
             registry.counter("push_deliveries_total", help: "Push send attempts by result (sent, failed, token_invalid, retry).",
                              labels: ["result": result.rawValue])
         }
+        var processed: [String: Counter] = [:]
+        for status in ["PENDING", "DONE", "DEAD", "EXPIRED"] { processed[status] = Self.processedCounter(registry, status) }
+        self.processed = processed
+    }
+
+    private static func processedCounter(_ registry: MetricsRegistry, _ status: String) -> Counter {
+        registry.counter("push_outbox_processed_total", help: "Outbox events that reached a state after processing, by status.",
+                         labels: ["status": status])
     }
 
     func delivered(_ result: DeliveryResultLabel) {
@@ -30,7 +40,6 @@ struct PipelineMetrics: Sendable {
     }
 
     func eventFinished(_ status: String) {
-        registry.counter("push_outbox_processed_total", help: "Outbox events that reached a state after processing, by status.",
-                         labels: ["status": status]).increment()
+        (processed[status] ?? Self.processedCounter(registry, status)).increment()
     }
 }

@@ -77,7 +77,7 @@ struct EngineTests {
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<10 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
             let started = AsyncStream<Void>.makeStream()
-            let slow = GatedSender { started.continuation.yield() }
+            let slow = GatedSender { _ in started.continuation.yield() }
             let stop = StopSignal()
             var configuration = DeliveryEngineConfiguration()
             configuration.maxInFlight = 2
@@ -121,7 +121,7 @@ struct EngineTests {
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let started = AsyncStream<Void>.makeStream()
-            let hung = GatedSender { started.continuation.yield() }
+            let hung = GatedSender { _ in started.continuation.yield() }
             let stop = StopSignal()
             let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: hung, configuration: .init(),
                                         logger: .init(label: "t", sink: MemorySink()), metrics: .init(), stop: stop)
@@ -170,10 +170,9 @@ struct EngineTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
-            let kept = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g0"))
-            for group in 1..<4 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
-            let started = AsyncStream<Void>.makeStream()
-            let gated = GatedSender { started.continuation.yield() }
+            for group in 0..<4 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+            let started = AsyncStream<String>.makeStream()
+            let gated = GatedSender { push in started.continuation.yield(push.eventKey) }
             let (engine, _, sink) = makeWorker(conninfo, sender: gated) {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 10
@@ -181,20 +180,23 @@ struct EngineTests {
             }
             async let drained = engine.drain()
             var iterator = started.stream.makeAsyncIterator()
-            await iterator.next()
+            let sending = try #require(await iterator.next())
+            let group = String(sending.dropFirst("doseTaken:".count))
             // Another instance takes over every event but the one being sent.
             try db.connection.query(#"""
                 UPDATE "PushOutbox" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour',
-                    "availableAt" = now() + interval '1 hour' WHERE id <> $1
-                """#, [.int(kept)])
+                    "availableAt" = now() + interval '1 hour' WHERE payload->>'recordingGroupId' <> $1
+                """#, [.text(group)])
             try db.connection.query(#"""
                 UPDATE "PushDelivery" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour'
-                WHERE "eventKey" <> 'doseTaken:g0'
-                """#)
+                WHERE "eventKey" <> $1
+                """#, [.text(sending)])
             try await Task.sleep(for: .milliseconds(700))
             gated.open()
             _ = try await drained
-            #expect(gated.pushes.map(\.eventKey) == ["doseTaken:g0"], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
+            #expect(gated.pushes.map(\.eventKey) == [sending], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
+            let kept = Int64(try db.connection.query(#"SELECT id FROM "PushOutbox" WHERE payload->>'recordingGroupId' = $1"#,
+                                                     [.text(group)])[0]["id"].int())
             #expect(try db.eventStatus(kept).status == "DONE")
         }
     }
@@ -209,9 +211,9 @@ final class GatedSender: PushSender, Sendable {
     }
 
     private let state = Mutex(State())
-    let onStart: @Sendable () -> Void
+    let onStart: @Sendable (DoseTakenPush) -> Void
 
-    init(onStart: @escaping @Sendable () -> Void) { self.onStart = onStart }
+    init(onStart: @escaping @Sendable (DoseTakenPush) -> Void) { self.onStart = onStart }
 
     var pushes: [DoseTakenPush] { state.withLock { $0.pushes } }
 
@@ -226,7 +228,7 @@ final class GatedSender: PushSender, Sendable {
     }
 
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        onStart()
+        onStart(push)
         let now = state.withLock { state -> Bool in
             if state.open { state.pushes.append(push); return true }
             state.held.append((push, completion))
