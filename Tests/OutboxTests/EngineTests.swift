@@ -48,7 +48,7 @@ struct EngineTests {
                 let db = try Fixtures(conninfo)
                 try db.patient("p-slow")
                 try db.link(caregiver: "c-slow", patient: "p-slow")
-                try db.device(owner: "c-slow", token: "slow4000-device")
+                try db.device(owner: "c-slow", token: "slow6000-device")
                 try db.patient("p-fast")
                 try db.link(caregiver: "c-fast", patient: "p-fast")
                 try db.device(owner: "c-fast", token: "fast-device")
@@ -63,7 +63,7 @@ struct EngineTests {
                 let order = recording.tokens
                 #expect(order.count == 43)
                 #expect(Array(order.prefix(40)) == Array(repeating: "fast-device", count: 40))
-                #expect(Array(order.suffix(3)) == Array(repeating: "slow4000-device", count: 3))
+                #expect(Array(order.suffix(3)) == Array(repeating: "slow6000-device", count: 3))
                 #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
             }
         }
@@ -147,16 +147,22 @@ struct EngineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<12 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
-            let sender = DelayedSender(delay: .milliseconds(250))
+            let sender = DelayedSender(delay: .milliseconds(500))
             let configure: (inout DeliveryEngineConfiguration) -> Void = {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 50
-                $0.lease = .milliseconds(1200)
+                $0.lease = .seconds(3)
             }
             let first = makeWorker(conninfo, sender: sender, configure: configure).0
             async let firstClaimed = first.drain()
-            // Start the second instance once the first lease would have expired without a heartbeat.
-            try await Task.sleep(for: .milliseconds(1800))
+            // Once the first instance holds all 12 (6 s of sending behind one slot), wait until their first lease
+            // would have run out, then start a second instance.
+            let leased = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
+            #expect(try await FCMFaultTests.eventually(30) { try db.connection.query(leased)[0]["n"].int() == 12 })
+            let firstExpiry = try db.connection.query(leased)[0]["expiry"].date()
+            #expect(try await FCMFaultTests.eventually(30) {
+                try db.connection.query("SELECT now() > $1::timestamptz + interval '300 ms' AS past", [.timestamp(firstExpiry)])[0]["past"].bool()
+            })
             let secondClaimed = try await makeWorker(conninfo, sender: sender, configure: configure).0.drain()
             #expect(try await firstClaimed == 12)
             #expect(secondClaimed == 0)
@@ -191,7 +197,8 @@ struct EngineTests {
                 UPDATE "PushDelivery" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour'
                 WHERE "eventKey" <> $1
                 """#, [.text(sending)])
-            try await Task.sleep(for: .milliseconds(700))
+            // Until the heartbeat has found the takeover.
+            #expect(try await FCMFaultTests.eventually(30) { sink.entries.contains { $0.message.hasPrefix("lease lost") } })
             gated.open()
             _ = try await drained
             #expect(gated.pushes.map(\.eventKey) == [sending], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
