@@ -102,13 +102,9 @@ extension OutboxStore {
     /// Writes delivery results first, then event outcomes (which look at the deliveries), in one
     /// transaction, each row guarded by its own lease token.
     func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
-        // The usual flush (results and settlements, no dead token) is one statement: no BEGIN/COMMIT round trips.
-        let oneStatement = completion.finished.isEmpty && completion.releasedEvents.isEmpty && completion.releasedDeliveries.isEmpty
-            && !completion.deliveries.contains { if case .tokenInvalid = $0.outcome { true } else { false } }
-        return try await client.withConnection { connection in
-            if oneStatement { return try Self.write(completion, maxAttempts: maxAttempts, on: connection) }
-            return try connection.withTransaction { try Self.write(completion, maxAttempts: maxAttempts, on: $0) }
-        }
+        // A transaction even for the usual one-statement flush: its settings (asynchronous commit, timeouts)
+        // travel with the BEGIN, never on the session a pooler would hand to someone else.
+        try await client.withTransaction { try Self.write(completion, maxAttempts: maxAttempts, on: $0) }
     }
 
     static func write(_ completion: Completion, maxAttempts: Int, on connection: PostgresConnection) throws -> CompletionSummary {

@@ -4,10 +4,9 @@ import Metrics
 import Postgres
 
 /// Deletes finished history in small batches so the tables stay small for years (SPEC §3 Retention).
-/// One instance at a time: a pass runs only while holding a session advisory lock.
+/// One instance at a time: a pass runs only while this instance holds the `retention` lease row
+/// (renewed before every batch), never a session lock a transaction pooler would keep held.
 public final class Pruner: Sendable {
-    /// Advisory lock key for pruning ("medwprn1").
-    public static let lockKey: Int64 = 0x6D65_6477_7072_6E31
 
     /// Retention settings.
     public struct Configuration: Sendable {
@@ -27,7 +26,7 @@ public final class Pruner: Sendable {
         }
     }
 
-    /// What one pass removed; nil counts when another instance held the lock.
+    /// What one pass removed; `ranPass` false when another instance held the lease.
     public struct PassSummary: Sendable, Equatable {
         public var ranPass: Bool
         public var outboxDeleted: Int
@@ -51,6 +50,8 @@ public final class Pruner: Sendable {
 
     let client: PostgresClient
     let configuration: Configuration
+    /// Held for a pass; outlives a pass interval so a slow batch never lets a second instance in.
+    let lease: SingletonLease
     let logger: Logger
     let outboxDeleted: Counter
     let deliveriesDeleted: Counter
@@ -58,6 +59,7 @@ public final class Pruner: Sendable {
     public init(client: PostgresClient, configuration: Configuration, logger: Logger, metrics: MetricsRegistry) {
         self.client = client
         self.configuration = configuration
+        self.lease = SingletonLease(name: "retention", duration: max(.seconds(120), configuration.passInterval * 2))
         self.logger = logger
         let help = "Rows deleted by retention, by table."
         outboxDeleted = metrics.counter("push_retention_deleted_rows_total", help: help, labels: ["table": "PushOutbox"])
@@ -67,23 +69,22 @@ public final class Pruner: Sendable {
     /// One pass: both tables until nothing old is left, unless another instance is pruning.
     public func runOnce(shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> PassSummary {
         let configuration = self.configuration
-        let summary = try await client.withConnection { connection -> PassSummary in
-            let locked = try connection.query("SELECT pg_try_advisory_lock($1) AS ok", [.int(Self.lockKey)])[0]["ok"].bool()
-            guard locked else { return PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0) }
-            defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)]) }
-            func drain(_ sql: String, _ retention: Duration) throws -> Int {
-                var total = 0
-                while !shouldStop() {
-                    let deleted = try connection.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
-                    total += deleted
-                    if deleted < configuration.batchSize { break }
-                }
-                return total
+        let lease = self.lease
+        var summary = PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0)
+        guard try await lease.acquire(on: client) else { return summary }
+        summary.ranPass = true
+        // Each batch is its own short transaction; the lease is renewed before each, and a lost lease ends the pass.
+        func drain(_ sql: String, _ retention: Duration) async throws -> Int {
+            var total = 0
+            while !shouldStop(), try await lease.acquire(on: client) {
+                let deleted = try await client.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
+                total += deleted
+                if deleted < configuration.batchSize { break }
             }
-            let outbox = try drain(Self.deleteOutboxSQL, configuration.outboxRetention)
-            let deliveries = try drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
-            return PassSummary(ranPass: true, outboxDeleted: outbox, deliveriesDeleted: deliveries)
+            return total
         }
+        summary.outboxDeleted = try await drain(Self.deleteOutboxSQL, configuration.outboxRetention)
+        summary.deliveriesDeleted = try await drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
         outboxDeleted.increment(by: Double(summary.outboxDeleted))
         deliveriesDeleted.increment(by: Double(summary.deliveriesDeleted))
         if summary.outboxDeleted + summary.deliveriesDeleted > 0 {
@@ -104,5 +105,6 @@ public final class Pruner: Sendable {
             }
             await wake.wait(after: wake.current, timeout: configuration.passInterval)
         }
+        try? await lease.release(on: client)
     }
 }

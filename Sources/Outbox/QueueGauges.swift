@@ -2,31 +2,103 @@ import Foundation
 import Metrics
 import Postgres
 
-/// Refreshes the queue gauges (`push_outbox_events{status}`, `push_outbox_oldest_pending_seconds`)
-/// from the database; the daemon calls it every few seconds, never per scrape, so a scrape storm
-/// cannot load the database.
+/// Refreshes the queue gauges (`push_outbox_events{status}`, `push_outbox_oldest_pending_seconds`);
+/// the daemon calls it every few seconds, never per scrape, so a scrape storm cannot load the database.
+///
+/// The cost stays flat however much history retention keeps, and does not grow with the number
+/// of instances:
+/// - PENDING, DEAD and EXPIRED are counted through partial indexes that hold only those rows;
+///   DONE, the bulk of the table, is an estimate from the finished index's statistics (kept fresh
+///   by the table's aggressive autovacuum analyze settings);
+/// - one instance at a time computes them (the `status` lease row) and publishes the snapshot
+///   beside its lease; every instance exports the published snapshot.
 public final class QueueGauges: Sendable {
-    let admin: OutboxAdmin
+    /// A queue snapshot.
+    public struct Snapshot: Sendable, Equatable {
+        /// Outbox rows by status (DONE estimated).
+        public var events: [String: Int]
+        /// Age of the oldest PENDING event in seconds, 0 when none.
+        public var oldestPendingSeconds: Double
+    }
+
+    static let statuses = ["PENDING", "DONE", "DEAD", "EXPIRED"]
+
+    static let countSQL = """
+        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = 'DEAD') AS dead,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = 'EXPIRED') AS expired,
+               (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('"PushOutbox_finished_idx"')) AS finished,
+               (SELECT coalesce(extract(epoch FROM now() - min("createdAt")), 0)::double precision
+                FROM "PushOutbox" WHERE status = 'PENDING') AS oldest
+        """
+
+    let client: PostgresClient
+    let lease: SingletonLease
     let events: [String: Gauge]
     let oldestPending: Gauge
 
-    public init(client: PostgresClient, metrics: MetricsRegistry) {
-        admin = OutboxAdmin(client: client)
+    public init(client: PostgresClient, metrics: MetricsRegistry, interval: Duration = .seconds(5)) {
+        self.client = client
+        lease = SingletonLease(name: "status", duration: interval * 3)
         var events: [String: Gauge] = [:]
-        for status in ["PENDING", "DONE", "DEAD", "EXPIRED"] {
-            events[status] = metrics.gauge("push_outbox_events", help: "Outbox events by status.", labels: ["status": status])
+        for status in Self.statuses {
+            events[status] = metrics.gauge("push_outbox_events", help: "Outbox events by status (DONE estimated from statistics).",
+                                           labels: ["status": status])
         }
         self.events = events
         oldestPending = metrics.gauge("push_outbox_oldest_pending_seconds",
                                       help: "Age of the oldest PENDING outbox event in seconds (0 when none).")
     }
 
-    /// Reads the queue once and updates the gauges; returns the snapshot for status lines.
+    /// Computes the snapshot when this instance holds the `status` lease, else reads the one
+    /// published by the instance that does; updates the gauges and returns the snapshot.
     @discardableResult
-    public func refresh() async throws -> OutboxAdmin.Status {
-        let status = try await admin.status(includeSizes: false)
-        for (name, gauge) in events { gauge.set(Double(status.events[name] ?? 0)) }
-        oldestPending.set(status.oldestPendingSeconds ?? 0)
-        return status
+    public func refresh() async throws -> Snapshot {
+        let lease = self.lease
+        let snapshot = try await client.withConnection { connection -> Snapshot? in
+            guard try lease.acquire(connection) else {
+                return try SingletonLease.state(of: lease.name, on: connection).flatMap { Self.decode($0.state) }
+            }
+            let snapshot = try Self.compute(connection)
+            try lease.publish(Self.encode(snapshot), on: connection)
+            return snapshot
+        }
+        guard let snapshot else { return Snapshot(events: [:], oldestPendingSeconds: 0) }
+        for (name, gauge) in events { gauge.set(Double(snapshot.events[name] ?? 0)) }
+        oldestPending.set(snapshot.oldestPendingSeconds)
+        return snapshot
+    }
+
+    /// Gives the `status` lease up (on shutdown) so another instance takes over at once.
+    public func release() async {
+        try? await lease.release(on: client)
+    }
+
+    /// Counts the queue with the cheap statement.
+    public static func compute(_ connection: PostgresConnection) throws -> Snapshot {
+        let row = try connection.query(countSQL)[0]
+        let expired = try row["expired"].int()
+        let finished = try row["finished"].optionalInt() ?? 0
+        return Snapshot(events: ["PENDING": try row["pending"].int(), "DEAD": try row["dead"].int(), "EXPIRED": expired,
+                                 "DONE": max(0, finished - expired)],
+                        oldestPendingSeconds: try row["oldest"].double())
+    }
+
+    static func encode(_ snapshot: Snapshot) -> String {
+        (statuses.map { "\($0)=\(snapshot.events[$0] ?? 0)" } + ["oldest=\(snapshot.oldestPendingSeconds)"]).joined(separator: " ")
+    }
+
+    static func decode(_ text: String) -> Snapshot? {
+        var snapshot = Snapshot(events: [:], oldestPendingSeconds: 0)
+        for field in text.split(separator: " ") {
+            let parts = field.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2 else { return nil }
+            if parts[0] == "oldest" {
+                snapshot.oldestPendingSeconds = Double(parts[1]) ?? 0
+            } else {
+                snapshot.events[String(parts[0])] = Int(parts[1]) ?? 0
+            }
+        }
+        return snapshot
     }
 }

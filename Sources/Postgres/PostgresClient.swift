@@ -8,13 +8,13 @@ import Foundation
 public final class PostgresClient: Sendable {
     /// The conninfo string or URI this client connects with.
     public let conninfo: String
-    /// Session settings applied to every connection.
-    public let settings: [String: String]
+    /// Settings applied to every transaction this client runs (`withTransaction`, and `query` when not empty).
+    public let settings: TransactionSettings
     private let slots: [Slot]
     private let gate: SlotGate
 
     /// Creates the pool; connections open lazily on first use.
-    public init(conninfo: String, maxConnections: Int = 4, settings: [String: String] = [:]) {
+    public init(conninfo: String, maxConnections: Int = 4, settings: TransactionSettings = .none) {
         self.conninfo = conninfo
         self.settings = settings
         self.slots = (0..<max(1, maxConnections)).map { Slot(index: $0) }
@@ -27,24 +27,26 @@ public final class PostgresClient: Sendable {
         defer { gate.release(index) }
         let slot = slots[index]
         let conninfo = self.conninfo
-        let settings = self.settings
         return try await withCheckedThrowingContinuation { continuation in
             slot.queue.async {
-                continuation.resume(with: Result { try slot.run(conninfo: conninfo, settings: settings, body) })
+                continuation.resume(with: Result { try slot.run(conninfo: conninfo, body) })
             }
         }
     }
 
-    /// Runs `body` in a transaction that commits when it returns and rolls back when it throws.
+    /// Runs `body` in a transaction with the client's settings that commits when it returns and
+    /// rolls back when it throws.
     @discardableResult
     public func withTransaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
-        try await withConnection { connection in try connection.withTransaction(body) }
+        let settings = self.settings
+        return try await withConnection { connection in try connection.withTransaction(settings: settings, body) }
     }
 
-    /// Runs one parameterised statement.
+    /// Runs one parameterised statement (in its own transaction with the client's settings, if any).
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) async throws -> PostgresRows {
-        try await withConnection { connection in try connection.query(sql, parameters) }
+        if settings.isEmpty { return try await withConnection { connection in try connection.query(sql, parameters) } }
+        return try await withTransaction { connection in try connection.query(sql, parameters) }
     }
 
     /// Closes every idle connection (they reopen on next use).
@@ -67,9 +69,9 @@ private final class Slot: @unchecked Sendable {
         queue = DispatchQueue(label: "postgres.connection.\(index)")
     }
 
-    func run<T>(conninfo: String, settings: [String: String], _ body: (PostgresConnection) throws -> T) throws -> T {
+    func run<T>(conninfo: String, _ body: (PostgresConnection) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
-        let active = try connect(conninfo: conninfo, settings: settings)
+        let active = try connect(conninfo: conninfo)
         do {
             return try body(active)
         } catch let error as PostgresError where error.isConnectionError || !active.isHealthy {
@@ -83,7 +85,7 @@ private final class Slot: @unchecked Sendable {
 
     func drop() { connection = nil }
 
-    private func connect(conninfo: String, settings: [String: String]) throws(PostgresError) -> PostgresConnection {
+    private func connect(conninfo: String) throws(PostgresError) -> PostgresConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
         if failures > 0 {
@@ -92,7 +94,7 @@ private final class Slot: @unchecked Sendable {
             Thread.sleep(forTimeInterval: delay)
         }
         do {
-            let opened = try PostgresConnection(conninfo: conninfo, settings: settings)
+            let opened = try PostgresConnection(conninfo: conninfo)
             connection = opened
             failures = 0
             return opened

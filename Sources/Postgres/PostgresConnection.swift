@@ -7,8 +7,6 @@ import Foundation
 public final class PostgresConnection {
     private let raw: OpaquePointer
 
-    /// Opens a connection from a libpq conninfo string or `postgresql://` URI; `settings` are
-    /// applied to the session with `set_config` (e.g. `synchronous_commit`).
     /// Bounded waits for every connection unless the conninfo sets its own (SPEC §3 "A database that
     /// hangs"): a server that accepts TCP and never answers fails the connection attempt after
     /// `connect_timeout`; a peer that silently vanishes is found by keepalives, and data it stops
@@ -18,7 +16,12 @@ public final class PostgresConnection {
         ("keepalives_count", "3"), ("tcp_user_timeout", "20000"),
     ]
 
-    public init(conninfo: String, settings: [String: String] = [:]) throws(PostgresError) {
+    /// Opens a connection from a libpq conninfo string or `postgresql://` URI.
+    ///
+    /// Nothing is set on the session: behind a transaction-mode pooler (PgBouncer, Supavisor) a
+    /// session setting would stay on a server connection that other clients, the web API among
+    /// them, are handed next. Settings belong to transactions (`withTransaction(settings:)`).
+    public init(conninfo: String) throws(PostgresError) {
         // The defaults come first and `dbname` (the whole conninfo, expanded) after them: "values that
         // appear later ... override earlier ones", so anything the operator wrote wins (libpq docs,
         // PQconnectdbParams with expand_dbname).
@@ -45,11 +48,6 @@ public final class PostgresConnection {
         raw = connection
         // Server NOTICEs (e.g. "already exists, skipping") would go to stderr by default; drop them.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
-        // Timestamps come back in one parseable shape, whatever the server's defaults.
-        _ = try query("SELECT set_config('TimeZone', 'UTC', false), set_config('DateStyle', 'ISO, YMD', false)")
-        for (name, value) in settings.sorted(by: { $0.key < $1.key }) {
-            _ = try query("SELECT set_config($1, $2, false)", [.text(name), .text(value)])
-        }
     }
 
     deinit { PQfinish(raw) }
@@ -84,10 +82,30 @@ public final class PostgresConnection {
         }
     }
 
-    /// Runs `body` inside BEGIN … COMMIT; any thrown error rolls back and is rethrown.
+    /// Runs a statement string through the simple query protocol (`PQexec`): several statements
+    /// separated by semicolons, no parameters. Only the last statement's rows are returned.
     @discardableResult
-    public func withTransaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        try query("BEGIN")
+    public func execute(_ sql: String) throws(PostgresError) -> PostgresRows {
+        guard let result = PQexec(raw, sql) else {
+            throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: PostgresConnection.errorText(raw), statement: sql)
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return PostgresConnection.copyRows(result)
+        default:
+            let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
+            throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: primary ?? PostgresConnection.errorText(raw),
+                                sqlState: sqlState, statement: sql)
+        }
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT; any thrown error rolls back and is rethrown.
+    /// `settings` apply to this transaction only (`SET LOCAL`) and travel with the BEGIN in one round trip.
+    @discardableResult
+    public func withTransaction<T>(settings: TransactionSettings = .none, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try execute(settings.beginStatement)
         do {
             let value = try body(self)
             try query("COMMIT")

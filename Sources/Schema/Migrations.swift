@@ -2,8 +2,35 @@
 public struct Migration: Sendable {
     public let version: Int
     public let name: String
-    /// Statements run in order inside one transaction (PQexecParams runs one statement at a time).
+    /// Statements run in order inside one transaction (PQexecParams runs one statement at a time),
+    /// with a short `lock_timeout`: DDL that would queue behind the API's transactions (and make
+    /// the API's next statements queue behind it) gives up and is retried instead.
     public let statements: [String]
+    /// Index builds on tables the API writes, run after `statements`, each on its own outside a
+    /// transaction with `CREATE INDEX CONCURRENTLY` so the API's inserts never wait for them.
+    public let concurrentIndexes: [ConcurrentIndex]
+
+    public init(version: Int, name: String, statements: [String], concurrentIndexes: [ConcurrentIndex] = []) {
+        self.version = version
+        self.name = name
+        self.statements = statements
+        self.concurrentIndexes = concurrentIndexes
+    }
+}
+
+/// An index built with `CREATE INDEX CONCURRENTLY IF NOT EXISTS`.
+public struct ConcurrentIndex: Sendable {
+    /// The index's name (unquoted).
+    public let name: String
+    /// What follows `ON`: the table and the index definition, e.g. `"PushDelivery" ("createdAt")`.
+    public let definition: String
+
+    public init(_ name: String, on definition: String) {
+        self.name = name
+        self.definition = definition
+    }
+
+    var createSQL: String { "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"\(name)\" ON \(definition)" }
 }
 
 /// The worker's migrations, in order. Append only: never edit a migration that has shipped.
@@ -97,17 +124,6 @@ public enum Migrations {
             """
             ALTER TABLE "PushOutbox" ADD COLUMN IF NOT EXISTS "eventKey" text
             """,
-            """
-            CREATE INDEX IF NOT EXISTS "PushOutbox_finished_idx"
-                ON "PushOutbox" ("processedAt") WHERE status IN ('DONE', 'EXPIRED')
-            """,
-            """
-            CREATE INDEX IF NOT EXISTS "PushOutbox_pending_key_idx"
-                ON "PushOutbox" ("eventKey") WHERE status = 'PENDING'
-            """,
-            """
-            CREATE INDEX IF NOT EXISTS "PushDelivery_createdAt_idx" ON "PushDelivery" ("createdAt")
-            """,
             // A queue table churns: vacuum after ~1% dead rows rather than the default 20%, so the
             // claim's index scan never wades through dead tuples.
             """
@@ -118,6 +134,16 @@ public enum Migrations {
             ALTER TABLE "PushDelivery" SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
                 autovacuum_analyze_scale_factor = 0.02)
             """,
+        ], concurrentIndexes: [
+            ConcurrentIndex("PushOutbox_finished_idx", on: #""PushOutbox" ("processedAt") WHERE status IN ('DONE', 'EXPIRED')"#),
+            ConcurrentIndex("PushOutbox_pending_key_idx", on: #""PushOutbox" ("eventKey") WHERE status = 'PENDING'"#),
+            ConcurrentIndex("PushDelivery_createdAt_idx", on: #""PushDelivery" ("createdAt")"#),
+        ]),
+        // The status gauges count DEAD and EXPIRED rows through these small partial indexes and estimate
+        // DONE from the finished index's statistics: their cost does not grow with what retention keeps.
+        Migration(version: 3, name: "status gauges: partial indexes on DEAD and EXPIRED events", statements: [], concurrentIndexes: [
+            ConcurrentIndex("PushOutbox_dead_idx", on: #""PushOutbox" (id) WHERE status = 'DEAD'"#),
+            ConcurrentIndex("PushOutbox_expired_idx", on: #""PushOutbox" (id) WHERE status = 'EXPIRED'"#),
         ]),
     ]
 }

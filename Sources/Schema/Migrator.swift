@@ -1,13 +1,23 @@
+import Foundation
 import Postgres
 
-/// Applies `Migrations.all` to a database: idempotent, and safe when several instances run
-/// it at once (a session advisory lock serialises them; the loser finds nothing to do).
+/// Applies `Migrations.all` to a database: idempotent, online, and safe when several instances
+/// run it at once.
+///
+/// - One `migrate` at a time through the `migrate` lease row (pooler-safe, unlike a session
+///   advisory lock); a second one waits for it and then finds nothing to do.
+/// - DDL inside transactions runs with a short `lock_timeout` and is retried: a migration waits
+///   for the API's transactions rather than making the API's inserts queue behind its lock.
+/// - Index builds on the API's tables run `CONCURRENTLY`, outside a transaction; an index an
+///   interrupted build left invalid is dropped and built again.
 public struct Migrator: Sendable {
-    /// Advisory lock key for migrations (any constant unique to this program).
-    public static let lockKey: Int64 = 0x6D65_6477_6D69_6731  // "medwmig1"
-
     /// The bookkeeping table.
     public static let bookkeepingTable = "_medication_worker_migrations"
+
+    /// How long one DDL transaction may wait for a lock before it is rolled back and retried.
+    public var lockTimeout: Duration = .seconds(2)
+    /// How many times DDL that timed out on a lock is tried again before `migrate` fails.
+    public var lockAttempts = 60
 
     public init() {}
 
@@ -17,41 +27,119 @@ public struct Migrator: Sendable {
         public var applied: [Int]
         /// The schema version after the run.
         public var currentVersion: Int
+        /// DDL transactions rolled back because a lock was not granted within `lockTimeout`.
+        public var lockRetries = 0
     }
 
     /// Migrates the database behind `client`.
     public func migrate(_ client: PostgresClient) async throws -> Report {
-        try await client.withConnection { connection in try Migrator.migrate(connection) }
+        let migrator = self
+        return try await client.withConnection { connection in try migrator.migrate(connection) }
     }
 
     /// Migrates through one connection (blocking).
     public static func migrate(_ connection: PostgresConnection) throws -> Report {
-        let missing = try missingAPITables(connection)
+        try Migrator().migrate(connection)
+    }
+
+    /// Migrates through one connection (blocking).
+    public func migrate(_ connection: PostgresConnection) throws -> Report {
+        let missing = try Self.missingAPITables(connection)
         guard missing.isEmpty else {
             throw PostgresError(.queryFailed, message: "the web API's tables are missing: "
                 + missing.map { "\"\($0)\"" }.joined(separator: ", ")
                 + " (run the API's Prisma migrations first; SPEC §2.1)")
         }
-        try connection.query("SELECT pg_advisory_lock($1)", [.int(lockKey)])
-        defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(lockKey)]) }
-        try connection.query("""
-            CREATE TABLE IF NOT EXISTS "\(bookkeepingTable)" (
+        try Self.createIfMissing(connection, """
+            CREATE TABLE IF NOT EXISTS "\(Self.bookkeepingTable)" (
                 version integer PRIMARY KEY,
                 name text NOT NULL,
                 "appliedAt" timestamptz NOT NULL DEFAULT now()
             )
             """)
-        let done = Set(try connection.query("SELECT version FROM \"\(bookkeepingTable)\"").map { try $0["version"].int() })
-        var applied: [Int] = []
+        try Self.createIfMissing(connection, SingletonLease.createTableSQL)
+
+        let lease = SingletonLease(name: "migrate", duration: .seconds(120))
+        try waitForLease(lease, connection)
+        defer { _ = try? lease.release(connection) }
+
+        let done = Set(try connection.query("SELECT version FROM \"\(Self.bookkeepingTable)\"").map { try $0["version"].int() })
+        var report = Report(applied: [], currentVersion: Migrations.all.map(\.version).max() ?? 0)
+        let settings = TransactionSettings(values: [("lock_timeout", "\(Int(lockTimeout.asSeconds * 1000))ms"), ("statement_timeout", "0")])
         for migration in Migrations.all where !done.contains(migration.version) {
-            try connection.withTransaction { transaction in
-                for statement in migration.statements { try transaction.query(statement) }
-                try transaction.query("INSERT INTO \"\(bookkeepingTable)\" (version, name) VALUES ($1, $2)",
-                                      [.int(migration.version), .text(migration.name)])
+            if !migration.statements.isEmpty {
+                report.lockRetries += try retryingLockTimeouts {
+                    try connection.withTransaction(settings: settings) { transaction in
+                        for statement in migration.statements { try transaction.query(statement) }
+                    }
+                }
             }
-            applied.append(migration.version)
+            for index in migration.concurrentIndexes {
+                _ = try lease.acquire(connection)  // renew: an index build may take a while
+                try Self.buildConcurrently(index, connection)
+            }
+            try connection.query("INSERT INTO \"\(Self.bookkeepingTable)\" (version, name) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
+                                 [.int(migration.version), .text(migration.name)])
+            report.applied.append(migration.version)
         }
-        return Report(applied: applied, currentVersion: Migrations.all.map(\.version).max() ?? 0)
+        return report
+    }
+
+    /// Waits (up to ten minutes) while another `migrate` holds the lease.
+    private func waitForLease(_ lease: SingletonLease, _ connection: PostgresConnection) throws {
+        let deadline = ContinuousClock.now + .seconds(600)
+        while try !lease.acquire(connection) {
+            guard ContinuousClock.now < deadline else {
+                throw PostgresError(.queryFailed, message: "another `migrate` has held the migrate lease for ten minutes (table \(SingletonLease.table))")
+            }
+            Thread.sleep(forTimeInterval: 0.5)
+        }
+    }
+
+    /// Runs `body`, again after a pause each time it fails with SQLSTATE 55P03 (lock_not_available);
+    /// returns how many attempts timed out.
+    private func retryingLockTimeouts(_ body: () throws -> Void) throws -> Int {
+        var timedOut = 0
+        while true {
+            do {
+                try body()
+                return timedOut
+            } catch let error as PostgresError where error.sqlState == "55P03" && timedOut + 1 < lockAttempts {
+                timedOut += 1
+                Thread.sleep(forTimeInterval: min(5.0, 0.25 * Double(timedOut)))
+            }
+        }
+    }
+
+    /// `CREATE INDEX CONCURRENTLY IF NOT EXISTS`, after dropping an invalid leftover of an
+    /// interrupted build (unless a build of it is running right now); fails if the index is not valid after.
+    static func buildConcurrently(_ index: ConcurrentIndex, _ connection: PostgresConnection) throws {
+        let quoted = PostgresConnection.quoteIdentifier(index.name)
+        let stateSQL = """
+            SELECT i.indisvalid AS valid,
+                   EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid) AS building
+            FROM pg_index i WHERE i.indexrelid = to_regclass($1)
+            """
+        var state = try connection.query(stateSQL, [.text(quoted)]).first
+        while let row = state, try !row["valid"].bool(), try row["building"].bool() {
+            Thread.sleep(forTimeInterval: 0.5)  // another session is building it: wait for its outcome
+            state = try connection.query(stateSQL, [.text(quoted)]).first
+        }
+        if let row = state, try !row["valid"].bool() {
+            try connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(quoted)")
+            state = nil
+        }
+        if state == nil { try connection.execute(index.createSQL) }
+        guard try connection.query(stateSQL, [.text(quoted)]).first?["valid"].bool() == true else {
+            throw PostgresError(.queryFailed, message: "index \(quoted) is not valid after CREATE INDEX CONCURRENTLY; run `migrate` again")
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` can still fail when two sessions create the same table at the
+    /// same moment; the loser's error is harmless once the table exists.
+    private static func createIfMissing(_ connection: PostgresConnection, _ sql: String) throws {
+        let outcome = Result { () throws(PostgresError) in try connection.query(sql) }
+        if case .failure(let error) = outcome, error.sqlState != "23505", error.sqlState != "42P07" { throw error }
     }
 
     /// The schema version recorded in the database, or nil before the first `migrate`.
@@ -68,4 +156,8 @@ public struct Migrator: Sendable {
             return try rows.first?["present"].bool() != true
         }
     }
+}
+
+extension Duration {
+    fileprivate var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

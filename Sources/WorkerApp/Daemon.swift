@@ -46,11 +46,15 @@ struct Supervisor {
         let work = WakeSignal()
         let wake = WakeSignal()
         // Two claimers, the completer and the lease heartbeat; each holds a connection only for one statement or transaction.
+        // Every transaction carries its settings (pooler-safe: nothing is set on the session), among them
         // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
         // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
         // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6,
-                                      settings: ["synchronous_commit": "off"])
+        let settings = TransactionSettings.worker(statementTimeout: Self.statementTimeout, lockTimeout: Self.lockTimeout,
+                                                  asynchronousCommit: true)
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6, settings: settings)
+        // Retention and the status gauges: short statements, off the pipeline's connections.
+        let maintenance = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 2, settings: settings)
         let liveness = parts.liveness
         liveness.beat("outbox")
         liveness.beat("status")
@@ -61,6 +65,7 @@ struct Supervisor {
             stop.request(grace: configuration.shutdownTimeout * 0.7)
             work.wakeAll()
             wake.wakeAll()
+            Self.exitAtDeadline(configuration.shutdownTimeout * 0.95, logger: logger)
         }
         defer { withExtendedLifetime(signals) {} }
 
@@ -70,10 +75,14 @@ struct Supervisor {
             return WorkerApp.ExitStatus.ok
         }
 
-        let listener = PostgresListener(conninfo: configuration.databaseURL, channel: Migrations.notifyChannel,
+        // LISTEN needs a session of its own: a transaction pooler cannot deliver notifications, so an operator
+        // behind one sets DATABASE_LISTEN_URL to a direct connection. Without it the poll still delivers everything.
+        let listenMode = configuration.databaseListenURL == nil ? "DATABASE_URL" : "DATABASE_LISTEN_URL"
+        let listener = PostgresListener(conninfo: configuration.databaseListenURL ?? configuration.databaseURL,
+                                        channel: Migrations.notifyChannel,
                                         onWake: { work.wake() },
                                         onError: { error in logger.warning("LISTEN connection lost; reconnecting",
-                                                                           metadata: ["error": "\(error)"]) })
+                                                                           metadata: ["error": "\(error)", "listen.via": "\(listenMode)"]) })
         listener.start()
         defer { listener.stop() }
 
@@ -87,16 +96,20 @@ struct Supervisor {
         let worker = DeliveryEngine(client: database, sender: parts.sender, configuration: workerConfiguration,
                                   logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: work, stop: stop,
                                   onProgress: { liveness.beat("outbox") })
-        let pruner = Pruner(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1),
+        let pruner = Pruner(client: maintenance,
                             configuration: .init(outboxRetention: configuration.outboxRetention,
                                                  deliveryRetention: configuration.deliveryRetention),
                             logger: logger.child(label: "retention"), metrics: parts.metrics)
-        let gauges = QueueGauges(client: PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1), metrics: parts.metrics)
+        let gauges = QueueGauges(client: maintenance, metrics: parts.metrics)
 
         parts.notify("READY=1")
         logger.notice("medication-worker ready", metadata: [
             "version": WorkerApp.version, "health.addr": "\(configuration.healthHost):\(configuration.healthPort)",
             "app_store": configuration.appStore == nil ? "disabled" : "enabled",
+            "listen.via": "\(listenMode)",
+            "listen.note": configuration.databaseListenURL == nil
+                ? "notifications need a direct connection; behind a transaction pooler set DATABASE_LISTEN_URL (the poll delivers meanwhile)"
+                : "direct connection for notifications",
         ])
 
         await withTaskGroup(of: Void.self) { group in
@@ -109,10 +122,31 @@ struct Supervisor {
             }
             await group.waitForAll()
         }
+        await gauges.release()
         parts.sender.shutdown()
         parts.healthServer.stop()
         logger.notice("medication-worker stopped")
         return WorkerApp.ExitStatus.ok
+    }
+
+    /// The worker's own statements: long enough for a large batch on a busy server, short enough that a runaway
+    /// statement does not hold a connection (and its locks) for minutes.
+    static let statementTimeout = Duration.seconds(30)
+    /// A statement that waits this long behind someone else's lock gives up and is retried later.
+    static let lockTimeout = Duration.seconds(5)
+
+    /// The last resort of SIGTERM: when loops are still blocked after `deadline` (a database that
+    /// stopped answering mid-statement holds a libpq call that no timeout on our side can end sooner),
+    /// log what happens and exit 0 so systemd never has to SIGKILL. Leases of unfinished work expire and
+    /// another instance takes it over.
+    static func exitAtDeadline(_ deadline: Duration, logger: Logger) {
+        let seconds = Double(deadline.components.seconds) + Double(deadline.components.attoseconds) / 1e18
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+            logger.error("shutdown deadline passed with work still blocked (database not answering?); exiting",
+                         metadata: ["shutdown.deadline_seconds": "\(seconds)"])
+            fflush(nil)
+            _exit(WorkerApp.ExitStatus.ok)
+        }
     }
 
     /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.

@@ -36,6 +36,9 @@ public struct Configuration: Sendable {
     }
 
     public var databaseURL: String
+    /// A direct connection for LISTEN when `DATABASE_URL` goes through a transaction-mode pooler
+    /// (which cannot deliver notifications); nil: LISTEN on `DATABASE_URL`.
+    public var databaseListenURL: String? = nil
     public var fcmServiceAccountFile: String
     public var fcmBaseURL: String
     public var tlsCAFile: String?
@@ -60,6 +63,7 @@ public struct Configuration: Sendable {
         let credentials = environment["CREDENTIALS_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
 
         let databaseURL = try reader.required("DATABASE_URL")
+        let databaseListenURL = reader.raw("DATABASE_LISTEN_URL")
         let serviceAccount = try reader.file("FCM_SERVICE_ACCOUNT_FILE",
                                              default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
         let fcmBaseURL = try reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
@@ -79,7 +83,7 @@ public struct Configuration: Sendable {
         let appStore = try reader.appStore(credentials: credentials)
 
         return Configuration(
-            databaseURL: databaseURL, fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
+            databaseURL: databaseURL, databaseListenURL: databaseListenURL, fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
             healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
             pollInterval: .milliseconds(pollMS), leaseDuration: .seconds(leaseSeconds), maxAttempts: maxAttempts,
             eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
@@ -91,6 +95,7 @@ public struct Configuration: Sendable {
     public var redactedDescription: String {
         var lines: [(String, String)] = [
             ("DATABASE_URL", ValueParsing.redactConninfo(databaseURL)),
+            ("DATABASE_LISTEN_URL", databaseListenURL.map(ValueParsing.redactConninfo) ?? "(none: LISTEN on DATABASE_URL)"),
             ("FCM_SERVICE_ACCOUNT_FILE", fcmServiceAccountFile),
             ("FCM_BASE_URL", fcmBaseURL),
             ("TLS_CA_FILE", tlsCAFile ?? "(none)"),

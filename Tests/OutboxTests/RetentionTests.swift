@@ -44,11 +44,44 @@ struct RetentionTests {
         }
     }
 
-    @Test func prune_skipsWhileAnotherInstanceHoldsTheLock() async throws {
+    @Test func prune_skipsWhileAnotherInstanceHoldsTheLease_andRunsOnceItIsReleased() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let holder = try PostgresConnection(conninfo: conninfo)
-            try holder.query("SELECT pg_advisory_lock($1)", [.int(Pruner.lockKey)])
+            let connection = try PostgresConnection(conninfo: conninfo)
+            let other = SingletonLease(name: "retention", duration: .seconds(60))
+            #expect(try other.acquire(connection))
             #expect(try await pruner(conninfo).runOnce().ranPass == false)
+            try other.release(connection)
+            let mine = pruner(conninfo)
+            #expect(try await mine.runOnce().ranPass == true)
+            // The holder renews its own lease; another holder cannot take it while it runs.
+            #expect(try await mine.runOnce().ranPass == true)
+            #expect(try other.acquire(connection) == false)
+            // Nothing is left held on the server: no advisory lock at all.
+            #expect(try connection.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
+        }
+    }
+
+    /// The gauges' statement reads partial indexes and statistics: no sequential scan of the outbox, whatever retention keeps.
+    @Test func statusGauges_countWithoutScanningKeptHistory() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
+                SELECT 'DOSE_TAKEN', 'p', '{}', CASE WHEN g % 1000 = 0 THEN 'EXPIRED' WHEN g % 997 = 0 THEN 'DEAD' ELSE 'DONE' END,
+                       now(), now() FROM generate_series(1, 200000) g
+                """#)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 30)
+                """#)
+            try db.connection.query(#"VACUUM ANALYZE "PushOutbox""#)
+            let plan = try db.connection.query("EXPLAIN " + QueueGauges.countSQL).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
+            #expect(!plan.contains("Seq Scan"), "\(plan)")
+            let snapshot = try QueueGauges.compute(db.connection)
+            #expect(snapshot.events["PENDING"] == 30)
+            #expect(snapshot.events["EXPIRED"] == 200)
+            #expect(snapshot.events["DEAD"] == 200)
+            let done = snapshot.events["DONE"] ?? 0
+            #expect(done > 190_000 && done < 210_000, "DONE estimate \(done)")
         }
     }
 

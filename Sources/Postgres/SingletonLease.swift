@@ -1,0 +1,97 @@
+import Foundation
+
+/// A named lease row: how a loop runs on one instance at a time (retention, entitlement checks,
+/// migrations, the status gauges) without session state.
+///
+/// A session advisory lock does not survive a transaction-mode pooler: its lock and unlock can
+/// run on different server connections, and the pooler keeps the lock held on whichever
+/// connection took it. A lease row is plain data: taken or renewed in one statement, it expires
+/// on its own when its holder dies, and any instance can see who holds it.
+public struct SingletonLease: Sendable {
+    /// The table, created by `migrate` before any migration runs.
+    public static let table = "_medication_worker_leases"
+
+    /// Creates the table when missing (idempotent).
+    public static let createTableSQL = """
+        CREATE TABLE IF NOT EXISTS "\(table)" (
+            name text PRIMARY KEY,
+            holder text NOT NULL,
+            "expiresAt" timestamptz NOT NULL,
+            state text,
+            "stateAt" timestamptz
+        )
+        """
+
+    static let acquireSQL = """
+        INSERT INTO "\(table)" AS l (name, holder, "expiresAt")
+        VALUES ($1, $2, now() + make_interval(secs => $3::double precision))
+        ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "expiresAt" = EXCLUDED."expiresAt"
+        WHERE l.holder = EXCLUDED.holder OR l."expiresAt" < now()
+        RETURNING holder
+        """
+
+    static let releaseSQL = """
+        UPDATE "\(table)" SET "expiresAt" = '-infinity' WHERE name = $1 AND holder = $2
+        """
+
+    static let publishSQL = """
+        UPDATE "\(table)" SET state = $3, "stateAt" = now() WHERE name = $1 AND holder = $2
+        """
+
+    static let stateSQL = """
+        SELECT state, extract(epoch FROM now() - "stateAt")::double precision AS age FROM "\(table)" WHERE name = $1
+        """
+
+    /// The loop's name, e.g. `retention`.
+    public let name: String
+    /// Who holds it: unique per process (and per use when a process runs two holders).
+    public let holder: String
+    /// How long a taken lease lasts without renewal; a dead holder's lease is free after this.
+    public let duration: Duration
+
+    public init(name: String, duration: Duration, holder: String = ProcessInfo.processInfo.hostName + ":\(getpid()):" + UUID().uuidString) {
+        self.name = name
+        self.duration = duration
+        self.holder = holder
+    }
+
+    /// Takes the lease, or renews it when this holder has it. False when another holder's lease runs.
+    public func acquire(_ connection: PostgresConnection) throws(PostgresError) -> Bool {
+        !(try connection.query(Self.acquireSQL, [.text(name), .text(holder), .double(duration.asSeconds)])).isEmpty
+    }
+
+    /// Gives the lease up at once (no-op when this holder does not have it).
+    public func release(_ connection: PostgresConnection) throws(PostgresError) {
+        try connection.query(Self.releaseSQL, [.text(name), .text(holder)])
+    }
+
+    /// Stores a small result (e.g. JSON) beside the lease for the other instances to read.
+    public func publish(_ state: String, on connection: PostgresConnection) throws(PostgresError) {
+        try connection.query(Self.publishSQL, [.text(name), .text(holder), .text(state)])
+    }
+
+    /// The last published state of `name` and its age in seconds, nil when none was published.
+    public static func state(of name: String, on connection: PostgresConnection) throws(PostgresError) -> (state: String, ageSeconds: Double)? {
+        guard let row = try connection.query(stateSQL, [.text(name)]).first, let state = try row["state"].optionalString() else { return nil }
+        return (state, row["age"].optionalString().flatMap(Double.init) ?? 0)
+    }
+
+    /// Async forms on a pooled client (each one statement, one round trip).
+    public func acquire(on client: PostgresClient) async throws -> Bool {
+        let lease = self
+        return try await client.withConnection { try lease.acquire($0) }
+    }
+
+    public func release(on client: PostgresClient) async throws {
+        let lease = self
+        try await client.withConnection { try lease.release($0) }
+    }
+}
+
+extension Duration {
+    /// The duration in seconds as a `Double` (module-internal; Outbox has the public one).
+    var asSeconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,57 @@
+import Foundation
+
+/// Run-time parameters for one transaction, sent as `set_config(name, value, true)` in the same
+/// round trip as its `BEGIN`. They end with the transaction, so nothing is left on a server
+/// connection that a transaction-mode pooler hands to another client next (SPEC §3 "Connection poolers").
+public struct TransactionSettings: Sendable, Equatable {
+    /// Parameter names and values, applied in this order.
+    public private(set) var values: [(name: String, value: String)]
+
+    /// No settings: a plain `BEGIN`.
+    public static let none = TransactionSettings(values: [])
+
+    public init(values: [(name: String, value: String)]) { self.values = values }
+
+    /// The settings the worker's own statements run with:
+    /// - `statement_timeout`: a statement that runs away (a plan gone wrong, a table bloated) fails
+    ///   instead of holding a connection and its locks;
+    /// - `lock_timeout`: a statement waiting behind the API's locks gives up and is retried later,
+    ///   instead of making the API's next statements queue behind it;
+    /// - `synchronous_commit=off` when asked (see the daemon's wiring for why that is safe);
+    /// - `DateStyle` ISO and `TimeZone` UTC, so timestamps come back in the one shape the row decoder reads.
+    public static func worker(statementTimeout: Duration, lockTimeout: Duration, asynchronousCommit: Bool) -> TransactionSettings {
+        var values: [(name: String, value: String)] = [
+            ("statement_timeout", "\(statementTimeout.wholeMilliseconds)ms"),
+            ("lock_timeout", "\(lockTimeout.wholeMilliseconds)ms"),
+            ("DateStyle", "ISO, YMD"), ("TimeZone", "UTC"),
+        ]
+        if asynchronousCommit { values.append(("synchronous_commit", "off")) }
+        return TransactionSettings(values: values)
+    }
+
+    public var isEmpty: Bool { values.isEmpty }
+
+    /// `BEGIN` followed by one `SELECT set_config(…, true), …` (simple protocol, one round trip).
+    var beginStatement: String {
+        guard !values.isEmpty else { return "BEGIN" }
+        let calls = values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }
+        return "BEGIN; SELECT " + calls.joined(separator: ", ")
+    }
+
+    private static func literal(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    }
+
+    public static func == (lhs: TransactionSettings, rhs: TransactionSettings) -> Bool {
+        lhs.values.map(\.name) == rhs.values.map(\.name) && lhs.values.map(\.value) == rhs.values.map(\.value)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down (at least 1 for a positive duration).
+    var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        return millis == 0 && self > .zero ? 1 : millis
+    }
+}
