@@ -142,6 +142,14 @@ public struct Migrator: Sendable {
         if case .failure(let error) = outcome, error.sqlState != "23505", error.sqlState != "42P07" { throw error }
     }
 
+    /// Versions of `Migrations.all` the database has not recorded (all of them before the first `migrate`).
+    public static func missingVersions(_ connection: PostgresConnection) throws -> [Int] {
+        let exists = try connection.query("SELECT to_regclass($1) IS NOT NULL AS present", [.text("\"\(bookkeepingTable)\"")])
+        guard try exists.first?["present"].bool() == true else { return Migrations.all.map(\.version) }
+        let done = Set(try connection.query("SELECT version FROM \"\(bookkeepingTable)\"").map { try $0["version"].int() })
+        return Migrations.all.map(\.version).filter { !done.contains($0) }
+    }
+
     /// The schema version recorded in the database, or nil before the first `migrate`.
     public static func currentVersion(_ connection: PostgresConnection) throws -> Int? {
         let exists = try connection.query("SELECT to_regclass($1) IS NOT NULL AS present", [.text("\"\(bookkeepingTable)\"")])

@@ -5,6 +5,7 @@ import Metrics
 import Outbox
 import Postgres
 import Schema
+import Synchronization
 import WorkerConfig
 
 /// `medication-worker run`: wires configuration, database, FCM, health and the loops, and
@@ -149,18 +150,36 @@ struct Supervisor {
         }
     }
 
+    /// The result of `body`, or nil as soon as a stop is requested (`body` then finishes unobserved).
+    static func unlessStopped<T: Sendable>(_ stop: StopSignal, _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let outcome = Mutex<Result<T, any Error>?>(nil)
+        let wake = WakeSignal()
+        Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await body()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+            wake.wakeAll()
+        }
+        while !stop.isRequested {
+            if let result = outcome.withLock({ $0 }) { return try result.get() }
+            await wake.wait(after: wake.current, timeout: .milliseconds(100))
+        }
+        return nil
+    }
+
     /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.
     private func waitForDatabase(_ database: PostgresClient, stop: StopSignal) async -> Bool {
         var attempt = 0
         while !stop.isRequested {
             do {
-                let version = try await database.withConnection { try Migrator.currentVersion($0) }
-                let expected = Migrations.all.last?.version ?? 0
-                if let version, version >= expected {
+                // A connection attempt to a database that hangs lasts up to connect_timeout; SIGTERM does not wait for it.
+                guard let missing = try await Self.unlessStopped(stop, { try await database.withConnection { try Migrator.missingVersions($0) } })
+                else { return false }
+                if missing.isEmpty {
                     parts.setCheck("database", "ok")
                     return true
                 }
-                let problem = "schema version \(version.map(String.init) ?? "none"), expected \(expected): run `medication-worker migrate`"
+                let problem = "schema versions \(missing.map(String.init).joined(separator: ", ")) not applied: run `medication-worker migrate`"
                 parts.setCheck("database", "down: \(problem)")
                 if attempt % 30 == 0 { logger.error("database is not migrated", metadata: ["error": problem]) }
             } catch {

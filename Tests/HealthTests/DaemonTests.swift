@@ -162,6 +162,66 @@ struct DaemonTests {
         #expect(rig.process.isRunning)
     }
 
+    /// SPEC §3 "A database that hangs": a server that accepts TCP and never answers. The daemon stays
+    /// alive (200), not ready (503), and SIGTERM ends it with status 0 within SHUTDOWN_TIMEOUT.
+    @Test func hungDatabase_aliveNotReady_andSIGTERMExitsZeroWithinTheShutdownTimeout() async throws {
+        let silent = LoopbackSocket(listen: true)
+        defer { silent.close() }
+        let rig = try Rig(databaseURL: "host=127.0.0.1 port=\(silent.port) user=worker dbname=app", extra: ["SHUTDOWN_TIMEOUT": "4s"])
+        defer { _ = rig.terminate() }
+        var health = 0
+        for _ in 0..<100 where health != 200 {
+            health = (try? await rig.get("/healthz").status) ?? 0
+            if health != 200 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(health == 200)
+        try await Task.sleep(for: .seconds(6))  // past the first connect attempt's timeout: a second attempt is under way
+        #expect(try await rig.get("/healthz").status == 200)
+        let ready = try await rig.get("/readyz")
+        #expect(ready.status == 503)
+        #expect(String(decoding: ready.body, as: UTF8.self).contains(#""database":"down: "#))
+        let clock = ContinuousClock()
+        let started = clock.now
+        let status = rig.terminate()
+        let took = clock.now - started
+        #expect(status == 0)
+        #expect(took < .seconds(4) + .milliseconds(900), "SIGTERM to exit took \(took)")
+        #expect(!rig.log.contains("shutdown deadline passed"), "stopped only by the last-resort deadline")
+        print("hung database: SIGTERM to exit \(took) (SHUTDOWN_TIMEOUT 4s), exit status \(status)")
+    }
+
+    /// Started before PostgreSQL (a host booting, a failover in progress): the daemon waits, then
+    /// delivers once the database is up and migrated, without a restart.
+    @Test func startedBeforePostgreSQL_deliversOnceTheDatabaseIsUp() async throws {
+        let cluster = try TemporaryCluster()
+        defer { cluster.stop() }
+        let rig = try Rig(databaseURL: cluster.conninfo)
+        defer { _ = rig.terminate() }
+        let waiting = rig.notify.read(until: { $0.contains("STATUS=waiting for the database") }, seconds: 20)
+        #expect(waiting.contains("STATUS=waiting for the database"))
+
+        try cluster.start()
+        try Self.prepare(cluster.conninfo)
+        let db = PostgresClient(conninfo: cluster.conninfo, maxConnections: 1)
+        try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'late-token')"#)
+        let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
+        #expect(ready.contains("READY=1"), "notifications: \(ready)")
+        try await db.query(#"""
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-late","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+            """#)
+        var done = false
+        for _ in 0..<100 where !done {
+            done = try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            if !done { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(done)
+        #expect(rig.emulator.receivedMessages.map(\.token) == ["late-token"])
+        #expect(rig.terminate() == 0)
+    }
+
     static func prepare(_ conninfo: String) throws {
         let admin = try PostgresConnection(conninfo: conninfo)
         try TestDatabase.createAPITables(admin)

@@ -32,6 +32,54 @@ struct MigratorTests {
         }
     }
 
+    /// An interrupted `CREATE INDEX CONCURRENTLY` leaves an invalid index behind; the next `migrate` drops and rebuilds it.
+    @Test func migrate_rebuildsAnIndexAnInterruptedBuildLeftInvalid() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(connection)
+            _ = try Migrator.migrate(connection)
+            try connection.query(#"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"PushDelivery_createdAt_idx"'::regclass"#)
+            try connection.query(#"DELETE FROM "_medication_worker_migrations" WHERE version >= 2"#)
+            let report = try Migrator.migrate(connection)
+            #expect(report.applied == Migrations.all.map(\.version).filter { $0 >= 2 })
+            let valid = try connection.query(#"SELECT indisvalid AS v FROM pg_index WHERE indexrelid = '"PushDelivery_createdAt_idx"'::regclass"#)
+            #expect(try valid.first?["v"].bool() == true)
+        }
+    }
+
+    /// `migrate` on a 1,000,000-row `"PushDelivery"` while the API keeps inserting: index builds run
+    /// CONCURRENTLY and DDL waits with a lock timeout, so the writer keeps going. Prints the longest stall.
+    @Test func migrate_onAMillionDeliveries_keepsAConcurrentWriterGoing() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let setup = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(setup)
+            try setup.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 't1')"#)
+            try setup.query(#"""
+                INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "createdAt")
+                SELECT 'old-' || g, 'k-' || g, 'd1', now() - g * interval '1 second' FROM generate_series(1, 1000000) g
+                """#)
+            try setup.query(#"VACUUM ANALYZE "PushDelivery""#)
+
+            let writer = InsertWriter(conninfo: conninfo)
+            writer.start()
+            try await Task.sleep(for: .milliseconds(300))
+            let clock = ContinuousClock()
+            let before = writer.inserted
+            let started = clock.now
+            let report = try Migrator.migrate(try PostgresConnection(conninfo: conninfo))
+            let took = clock.now - started
+            let during = writer.inserted - before
+            try await Task.sleep(for: .milliseconds(300))
+            let stats = writer.stop()
+            #expect(report.applied == Migrations.all.map(\.version))
+            #expect(stats.error == nil, "\(stats.error ?? "")")
+            #expect(during > 0)
+            // A plain CREATE INDEX on the million rows would hold the writer for most of the run.
+            #expect(stats.longestStall < took / 2, "longest stall \(stats.longestStall) of \(took)")
+            print("migrate on 1,000,000 PushDelivery rows: \(took); concurrent writer: \(during) inserts during it, longest insert stall \(stats.longestStall)")
+        }
+    }
+
     @Test func migrate_withoutAPITablesNamesThem() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let connection = try PostgresConnection(conninfo: conninfo)
@@ -69,5 +117,51 @@ struct MigratorTests {
             FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1
             """).map { try $0["c"].string() }
             + connection.query("SELECT indexname AS c FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1").map { try $0["c"].string() }
+    }
+}
+
+/// Inserts one `"PushDelivery"` row after another on its own thread and keeps the longest gap between two commits.
+final class InsertWriter: @unchecked Sendable {
+    private let conninfo: String
+    private let lock = NSLock()
+    private var running = true
+    private var count = 0
+    private var longest = Duration.zero
+    private var failure: String?
+    private let done = DispatchSemaphore(value: 0)
+
+    init(conninfo: String) { self.conninfo = conninfo }
+
+    var inserted: Int { lock.withLock { count } }
+
+    func start() {
+        Thread.detachNewThread { [self] in
+            defer { done.signal() }
+            let clock = ContinuousClock()
+            do {
+                let connection = try PostgresConnection(conninfo: conninfo)
+                var last = clock.now
+                var n = 0
+                while lock.withLock({ running }) {
+                    n += 1
+                    try connection.query(#"INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId") VALUES ($1, $2, 'd1')"#,
+                                         [.text("new-\(n)"), .text("new-\(n)")])
+                    let now = clock.now
+                    lock.withLock {
+                        count += 1
+                        longest = max(longest, now - last)
+                    }
+                    last = now
+                }
+            } catch {
+                lock.withLock { failure = "\(error)" }
+            }
+        }
+    }
+
+    func stop() -> (longestStall: Duration, error: String?) {
+        lock.withLock { running = false }
+        done.wait()
+        return lock.withLock { (longest, failure) }
     }
 }

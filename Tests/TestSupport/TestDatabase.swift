@@ -14,6 +14,18 @@ public enum TestDatabase {
         return url
     }
 
+    /// The same database as `conninfo`, reached through the transaction-mode PgBouncer that scripts/test
+    /// starts (`TEST_POOLER_URL`: host, port, user and password; the database name is appended).
+    public static func poolerConninfo(_ conninfo: String) throws -> String {
+        guard let pooler = ProcessInfo.processInfo.environment["TEST_POOLER_URL"], !pooler.isEmpty else {
+            throw TestSupportError("TEST_POOLER_URL is not set: run the suite through scripts/test (it starts PgBouncer)")
+        }
+        guard let name = conninfo.split(separator: " ").last(where: { $0.hasPrefix("dbname=") }) else {
+            throw TestSupportError("no dbname= in \(conninfo)")
+        }
+        return pooler + " " + name
+    }
+
     /// Runs `body` with the conninfo of a new, empty database.
     public static func withEmptyDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
         let admin = try adminConninfo()

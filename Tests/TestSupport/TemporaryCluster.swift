@@ -1,0 +1,66 @@
+import Foundation
+
+/// A PostgreSQL cluster of its own on a loopback TCP port, for tests about the server's
+/// lifecycle (started after the daemon). Uses the binaries scripts/test found (`TEST_PG_BINDIR`),
+/// run as the `postgres` user when the suite runs as root.
+public final class TemporaryCluster: @unchecked Sendable {
+    public let port: UInt16
+    public let directory: String
+    private let bindir: String
+
+    /// Runs initdb (the cluster is not started).
+    public init() throws {
+        guard let bindir = ProcessInfo.processInfo.environment["TEST_PG_BINDIR"], !bindir.isEmpty else {
+            throw TestSupportError("TEST_PG_BINDIR is not set: run the suite through scripts/test")
+        }
+        self.bindir = bindir
+        let probe = LoopbackSocket(listen: false)
+        port = probe.port
+        probe.close()
+        directory = "/tmp/mw-cluster-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if getuid() == 0 { try Self.run("/bin/chown", ["postgres", directory]) }
+        try pg("initdb", ["-D", "\(directory)/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"])
+    }
+
+    /// `host=127.0.0.1 port=… user=postgres dbname=postgres`.
+    public var conninfo: String { "host=127.0.0.1 port=\(port) user=postgres dbname=postgres" }
+
+    public func start() throws {
+        try pg("pg_ctl", ["-D", "\(directory)/data", "-w", "-l", "\(directory)/log", "-o",
+                          "-k \(directory) -c listen_addresses=127.0.0.1 -c port=\(port) -c fsync=off", "start"])
+    }
+
+    public func stop() {
+        try? pg("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"])
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func pg(_ tool: String, _ arguments: [String]) throws {
+        if getuid() == 0 {
+            try Self.run("/usr/sbin/runuser", ["-u", "postgres", "--", "\(bindir)/\(tool)"] + arguments)
+        } else {
+            try Self.run("\(bindir)/\(tool)", arguments)
+        }
+    }
+
+    /// posix_spawn + waitpid: `Process.waitUntilExit` can miss the exit of a child whose own child
+    /// (the postmaster) lives on.
+    private static func run(_ path: String, _ arguments: [String]) throws {
+        let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        guard spawned == 0 else { throw TestSupportError("cannot start \(path): errno \(spawned)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        guard status == 0 else {
+            throw TestSupportError("\(path) \(arguments.joined(separator: " ")) failed (wait status \(status))")
+        }
+    }
+}
