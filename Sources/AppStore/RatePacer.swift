@@ -9,11 +9,13 @@ public final class RatePacer: Sendable {
     let spacing: Duration
     private let state = Mutex(State())
 
-    struct State {
+    /// The reservation state: where the next slot starts and the pause.
+    public struct State: Sendable {
         /// The earliest instant the next slot may start.
-        var next: ContinuousClock.Instant?
+        public var next: ContinuousClock.Instant?
         /// No request before this instant (Apple's Retry-After, or our own JWT refused).
-        var pausedUntil: ContinuousClock.Instant?
+        public var pausedUntil: ContinuousClock.Instant?
+        public init() {}
     }
 
     public init(rate: Double) {
@@ -22,7 +24,7 @@ public final class RatePacer: Sendable {
     }
 
     /// The slot a request reserved at `now` gets, and the state after it: slots are `spacing` apart and never inside a pause.
-    static func reserve(_ state: inout State, now: ContinuousClock.Instant, spacing: Duration) -> ContinuousClock.Instant {
+    public static func reserve(_ state: inout State, now: ContinuousClock.Instant, spacing: Duration) -> ContinuousClock.Instant {
         var slot = max(now, state.next ?? now)
         if let paused = state.pausedUntil, paused > slot { slot = paused }
         state.next = slot + spacing
