@@ -110,7 +110,8 @@ struct EntitlementStore: Sendable {
 
     /// Due rows of environments Apple does not sign (Xcode, LocalTesting, anything else): refused without a request, backed off.
     func failUntrustedEnvironments(base: Duration, cap: Duration) async throws -> Int {
-        let condition = "\(Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(Self.due) <= now()"
+        // $1 (the id in the per-row form) is unused here; typed so the statement prepares.
+        let condition = "$1::text IS NULL AND \(Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(Self.due) <= now()"
         return try await database.query(Self.failureSQL(where: condition) + " RETURNING id",
                                         [.null, .text(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue),
                                          .double(base.asSeconds), .double(cap.asSeconds), .null]).count
