@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import HTTP
+import Synchronization
 
 /// App Store Server API settings.
 public struct AppStoreConfiguration: Sendable {
@@ -12,10 +13,20 @@ public struct AppStoreConfiguration: Sendable {
     public var roots: [Certificate]
     public var productionURL: String
     public var sandboxURL: String
+    /// Each entitlement is checked again this long after its last successful check (less up to a tenth, to spread).
     public var recheckInterval: Duration
-    /// Request rates Apple allows (about 50/s in production, a tenth in sandbox).
-    public var productionRate: Double = 40
-    public var sandboxRate: Double = 4
+    /// Requests per second per environment, spread evenly (lookups and notification history together). The
+    /// daemon's settings keep them within Apple's 50/s (5/s sandbox); tests and the benchmark may go higher.
+    public var productionRate: Double = 20
+    public var sandboxRate: Double = 2
+    /// A failed lookup waits this long, doubling per consecutive failure, up to `failureBackoffCap` (nil: the interval).
+    public var failureBackoff: Duration = .seconds(60)
+    public var failureBackoffCap: Duration?
+    /// How long a claimed row stays out of other claims before it is due again (a crash mid-pass).
+    public var claimLease: Duration = .seconds(600)
+    /// Get Notification History for REFUND / REFUND_REVERSED (`APPSTORE_NOTIFICATION_HISTORY=on`).
+    public var notificationHistory = false
+    public var notificationPollInterval: Duration = .seconds(300)
     public var http: HTTPClientConfiguration
 
     public init(issuerId: String, keyId: String, bundleId: String, privateKey: PrivateKey, roots: [Certificate],
@@ -31,9 +42,21 @@ public struct AppStoreConfiguration: Sendable {
         self.recheckInterval = recheckInterval
         self.http = http
     }
+
+    /// Sets the production rate and sandbox at a tenth of it (SPEC §4).
+    public mutating func setRequestsPerSecond(_ rate: Double) {
+        productionRate = rate
+        sandboxRate = rate / 10
+    }
+
+    /// The environment's base URL (`Sandbox` or else production).
+    public func baseURL(_ environment: String) -> String { environment == "Sandbox" ? sandboxURL : productionURL }
+
+    /// The environment's request rate.
+    public func rate(_ environment: String) -> Double { environment == "Sandbox" ? sandboxRate : productionRate }
 }
 
-/// `GET /inApps/v1/transactions/{transactionId}` with a fresh ES256 JWT per request.
+/// The App Store Server API calls the worker makes, each with a bearer ES256 JWT (reused until a minute before it expires).
 public struct AppStoreClient: Sendable {
     /// One lookup's answer.
     public enum Answer: Sendable, Equatable {
@@ -47,9 +70,28 @@ public struct AppStoreClient: Sendable {
         case transportError(String)
     }
 
+    /// One page of Get Notification History.
+    public struct HistoryPage: Sendable, Equatable {
+        public var signedPayloads: [String]
+        public var hasMore: Bool
+        public var paginationToken: String?
+    }
+
+    /// Get Notification History's answer.
+    public enum HistoryAnswer: Sendable, Equatable {
+        case page(HistoryPage)
+        /// 400 with Apple's errorCode (4000014 invalid / 4000017 expired pagination token, 4000012 start too far back, ...).
+        case badRequest(errorCode: Int?)
+        case rateLimited(retryAt: Date?)
+        case unauthorized
+        case serverError(status: Int)
+        case transportError(String)
+    }
+
     let configuration: AppStoreConfiguration
     let http: HTTPClient
     let now: @Sendable () -> Date
+    private let tokens = TokenCache()
 
     public init(configuration: AppStoreConfiguration, http: HTTPClient, now: @escaping @Sendable () -> Date = Date.init) {
         self.configuration = configuration
@@ -66,17 +108,25 @@ public struct AppStoreClient: Sendable {
                             key: configuration.privateKey)
     }
 
-    /// Looks a transaction up in the environment's API.
+    /// A token valid for at least another minute: signing one per request would cost more than the lookup.
+    func currentToken() throws(CryptoError) -> String {
+        let instant = now()
+        if let cached = tokens.valid(at: instant) { return cached }
+        let token = try makeToken()
+        tokens.store(token, until: instant.addingTimeInterval(240))
+        return token
+    }
+
+    /// `GET /inApps/v1/transactions/{transactionId}` in the environment's API.
     public func transaction(id: String, environment: String) async -> Answer {
-        let base = environment == "Sandbox" ? configuration.sandboxURL : configuration.productionURL
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         let path = id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
         let token: String
-        do { token = try makeToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
+        do { token = try currentToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
         let response: HTTPResponse
         do {
-            response = try await http.execute(HTTPRequest(url: "\(base)/inApps/v1/transactions/\(path)",
+            response = try await http.execute(HTTPRequest(url: "\(configuration.baseURL(environment))/inApps/v1/transactions/\(path)",
                                                           headers: ["Authorization": "Bearer \(token)"], timeout: .seconds(20)))
         } catch {
             return .transportError(error.description)
@@ -87,11 +137,63 @@ public struct AppStoreClient: Sendable {
             guard let signed = object?["signedTransactionInfo"] as? String else { return .serverError(status: 200) }
             return .signedTransaction(signed)
         case 404: return .notFound(errorCode: (object?["errorCode"] as? NSNumber)?.intValue)
-        case 429:
-            let retryAt = response.headers["retry-after"].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
-            return .rateLimited(retryAt: retryAt)
+        case 429: return .rateLimited(retryAt: Self.retryAt(response))
         case 401: return .unauthorized
         default: return .serverError(status: response.status)
         }
     }
+
+    /// `POST /inApps/v1/notifications/history[?paginationToken=…]` for one notification type in `[start, end)`.
+    public func notificationHistory(environment: String, type: String, start: Date, end: Date, paginationToken: String?) async -> HistoryAnswer {
+        let token: String
+        do { token = try currentToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
+        var url = "\(configuration.baseURL(environment))/inApps/v1/notifications/history"
+        if let paginationToken {
+            var allowed = CharacterSet.alphanumerics
+            allowed.insert(charactersIn: "-._~")
+            url += "?paginationToken=" + (paginationToken.addingPercentEncoding(withAllowedCharacters: allowed) ?? paginationToken)
+        }
+        let body: [String: Any] = ["startDate": Self.millis(start), "endDate": Self.millis(end), "notificationType": type]
+        let response: HTTPResponse
+        do {
+            let json = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+            response = try await http.execute(HTTPRequest(method: "POST", url: url,
+                                                          headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
+                                                          body: Array(json), timeout: .seconds(30)))
+        } catch let error as HTTPError {
+            return .transportError(error.description)
+        } catch {
+            return .transportError("\(error)")
+        }
+        let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
+        switch response.status {
+        case 200:
+            guard let object, let items = object["notificationHistory"] as? [[String: Any]] else { return .serverError(status: 200) }
+            return .page(HistoryPage(signedPayloads: items.compactMap { $0["signedPayload"] as? String },
+                                     hasMore: object["hasMore"] as? Bool ?? false,
+                                     paginationToken: object["paginationToken"] as? String))
+        case 400: return .badRequest(errorCode: (object?["errorCode"] as? NSNumber)?.intValue)
+        case 429: return .rateLimited(retryAt: Self.retryAt(response))
+        case 401: return .unauthorized
+        default: return .serverError(status: response.status)
+        }
+    }
+
+    /// Apple's Retry-After on a 429 is a UNIX time in milliseconds.
+    static func retryAt(_ response: HTTPResponse) -> Date? {
+        response.headers["retry-after"].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
+    }
+
+    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+}
+
+/// The last bearer token and until when it may be reused.
+final class TokenCache: Sendable {
+    private let state = Mutex<(token: String, until: Date)?>(nil)
+
+    func valid(at instant: Date) -> String? {
+        state.withLock { current in current.flatMap { $0.until > instant ? $0.token : nil } }
+    }
+
+    func store(_ token: String, until: Date) { state.withLock { $0 = (token, until) } }
 }

@@ -3,207 +3,290 @@ import HTTP
 import Logging
 import Metrics
 import Postgres
+import Synchronization
 
-/// Re-evaluates entitlements against the App Store Server API (SPEC §4): one instance at a
-/// time (advisory lock), rate-bounded, revoking only on verified evidence and restoring this
-/// worker's own revocations when Apple reverses them.
+/// Re-evaluates entitlements against the App Store Server API (SPEC §4). Each row carries its own schedule in the
+/// database; a pass takes the rows due soonest, per environment, and keeps going while rows are due, at the
+/// environment's rate with lookups overlapping. Failures back off per row; a 429 pauses the environment. Revokes only
+/// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.
 public final class EntitlementRechecker: Sendable {
-    /// Advisory lock key ("medwent1").
+    /// Singleton lock key of the sweep ("medwent1").
     public static let lockKey: Int64 = 0x6D65_6477_656E_7431
+    /// The environments Apple answers for, each with its own base URL, rate and pause.
+    public static let environments = ["Production", "Sandbox"]
 
     /// What one pass did.
     public struct PassSummary: Sendable, Equatable {
         public var ranPass = false
+        /// Lookups answered (any answer, failures included).
         public var checked = 0
         public var revoked = 0
         public var restored = 0
         public var unchanged = 0
         public var failed = 0
-        /// Set when Apple answered 429: no request before this instant.
+        /// Set when Apple answered 429: that environment makes no request before this instant.
         public var rateLimitedUntil: Date?
     }
 
-    static let dueSQL = """
-        SELECT id, "productId", "originalTransactionId", "transactionId", environment, status
-        FROM "CaregiverEntitlement"
-        WHERE (status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))
-          AND ("lastCheckedAt" IS NULL OR "lastCheckedAt" < now() - make_interval(secs => $1::double precision))
-        ORDER BY "lastCheckedAt" NULLS FIRST, id
-        LIMIT $2
-        """
-
-    static let revokeSQL = """
-        UPDATE "CaregiverEntitlement"
-        SET status = 'REVOKED', "revokedAt" = $2::timestamptz, "revocationReason" = $3, "lastCheckedAt" = now(), "updatedAt" = now()
-        WHERE id = $1 AND (status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))
-        """
-
-    static let restoreSQL = """
-        UPDATE "CaregiverEntitlement"
-        SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now()
-        WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" IS NOT NULL
-        """
-
-    static let touchSQL = """
-        UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now() WHERE id = $1 AND status = 'ACTIVE'
-        """
+    /// One row's result inside a pass.
+    enum Outcome: Sendable {
+        case revoked, restored, unchanged, failed, released
+        case rateLimited(Date?)
+    }
 
     let configuration: AppStoreConfiguration
     let client: AppStoreClient
+    let http: HTTPClient
     let verifier: SignedTransactionVerifier
-    let database: PostgresClient
-    let lockConnection: PostgresClient
+    let store: EntitlementStore
+    let pacers: [String: RatePacer]
     let logger: Logger
     let metrics: MetricsRegistry
     let revokedTotal: Counter
     let restoredTotal: Counter
-    /// Rows whose last check failed, and when: skipped for a quarter interval so a bad row is not hammered.
-    private let failures = FailureMemory()
+    let dueGauge: Gauge
+    let oldestGauge: Gauge
+    private let gaugesRefreshedAt = Mutex<ContinuousClock.Instant?>(nil)
+    /// The notification history poller when `notificationHistory` is on.
+    public let history: NotificationHistoryPoller?
 
     public init(configuration: AppStoreConfiguration, conninfo: String, logger: Logger, metrics: MetricsRegistry,
                 now: @escaping @Sendable () -> Date = Date.init) throws(HTTPError) {
         self.configuration = configuration
-        client = AppStoreClient(configuration: configuration, http: try HTTPClient(configuration: configuration.http), now: now)
+        var httpConfiguration = configuration.http
+        // Enough transfers for every lane at full rate with up to two seconds of latency, plus the history poller.
+        httpConfiguration.maxInFlight = max(httpConfiguration.maxInFlight,
+                                            Self.environments.map { Self.inFlightLimit(rate: configuration.rate($0)) }.reduce(2, +))
+        http = try HTTPClient(configuration: httpConfiguration)
+        client = AppStoreClient(configuration: configuration, http: http, now: now)
         verifier = SignedTransactionVerifier(roots: configuration.roots)
-        database = PostgresClient(conninfo: conninfo, maxConnections: 1)
-        lockConnection = PostgresClient(conninfo: conninfo, maxConnections: 1)
+        store = EntitlementStore(database: PostgresClient(conninfo: conninfo, maxConnections: 4),
+                                 lockConnection: PostgresClient(conninfo: conninfo, maxConnections: 1))
+        pacers = Dictionary(uniqueKeysWithValues: Self.environments.map { ($0, RatePacer(rate: configuration.rate($0))) })
         self.logger = logger
         self.metrics = metrics
         revokedTotal = metrics.counter("entitlements_revoked_total", help: "Entitlements revoked after a verified refund or revocation.")
         restoredTotal = metrics.counter("entitlements_restored_total", help: "Entitlements this worker revoked and restored after Apple reversed it.")
-        for result in ["active", "revoked", "restored", "not_found", "rate_limited", "server_error", "transport_error"] { count(result, increment: false) }
+        dueGauge = metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
+        oldestGauge = metrics.gauge("entitlement_oldest_overdue_seconds",
+                                    help: "How long the most overdue entitlement check has waited (0 when none is due).")
+        history = configuration.notificationHistory
+            ? NotificationHistoryPoller(configuration: configuration, client: client, verifier: verifier, store: store, pacers: pacers,
+                                        logger: logger, metrics: metrics, revokedTotal: revokedTotal, restoredTotal: restoredTotal, now: now)
+            : nil
+        for result in ["active", "revoked", "restored", "not_found", "rate_limited", "unauthorized", "server_error", "transport_error"] {
+            count(result, increment: false)
+        }
     }
 
-    private func count(_ result: String, increment: Bool = true) {
+    /// Lookups a lane keeps in flight: its rate × 2 s, 2…256.
+    static func inFlightLimit(rate: Double) -> Int { min(256, max(2, Int((rate * 2).rounded(.up)))) }
+
+    func count(_ result: String, increment: Bool = true, by amount: Int = 1) {
         let counter = metrics.counter("entitlement_checks_total", help: "Entitlement re-checks by result (refusal reasons included).",
                                       labels: ["result": result])
-        if increment { counter.increment() }
+        if increment { counter.increment(by: Double(amount)) }
     }
 
-    /// One pass over the due rows (up to `limit`); skipped when another instance holds the lock.
-    public func runOnce(limit: Int = 500, shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> PassSummary {
-        var summary = PassSummary()
-        let locked = try await lockConnection.withConnection { connection in
-            try connection.query("SELECT pg_try_advisory_lock($1) AS ok", [.int(Self.lockKey)])[0]["ok"].bool()
+    var backoffCap: Duration { configuration.failureBackoffCap ?? configuration.recheckInterval }
+
+    /// One pass: every due row, environment by environment in parallel, until none is due or the task is cancelled
+    /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the lock.
+    public func runOnce() async throws -> PassSummary {
+        try await store.withSingletonLock(Self.lockKey) { try await self.pass() } ?? PassSummary()
+    }
+
+    private func pass() async throws -> PassSummary {
+        var summary = PassSummary(ranPass: true)
+        let untrusted = try await store.failUntrustedEnvironments(base: configuration.failureBackoff, cap: backoffCap)
+        if untrusted > 0 {
+            count(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue, by: untrusted)
+            summary.failed += untrusted
+            logger.warning("entitlements from an environment Apple does not sign (Xcode, LocalTesting); never trusted",
+                           metadata: ["appstore.count": "\(untrusted)"])
         }
-        guard locked else { return summary }
-        summary.ranPass = true
-        do {
-            try await pass(limit: limit, shouldStop: shouldStop, summary: &summary)
-        } catch {
-            _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)])
-            throw error
+        let lanes = try await withThrowingTaskGroup(of: PassSummary.self) { group in
+            for environment in Self.environments {
+                group.addTask { try await self.sweep(environment) }
+            }
+            var all: [PassSummary] = []
+            for try await lane in group { all.append(lane) }
+            return all
         }
-        _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)])
+        for lane in lanes {
+            summary.checked += lane.checked
+            summary.revoked += lane.revoked
+            summary.restored += lane.restored
+            summary.unchanged += lane.unchanged
+            summary.failed += lane.failed
+            if let until = lane.rateLimitedUntil { summary.rateLimitedUntil = max(summary.rateLimitedUntil ?? until, until) }
+        }
+        await refreshGauges(force: true)
         return summary
     }
 
-    private func pass(limit: Int, shouldStop: @Sendable () -> Bool, summary: inout PassSummary) async throws {
-        let rows = try await database.query(Self.dueSQL, [.double(configuration.recheckInterval.asSeconds), .int(limit)])
-        var lastRequest: [String: ContinuousClock.Instant] = [:]
-        for row in rows {
-            if shouldStop() { break }
-            let id = try row["id"].string()
-            let environment = try row["environment"].string()
-            if failures.recentlyFailed(id, within: configuration.recheckInterval / 4) { continue }
-            guard environment == "Production" || environment == "Sandbox" else {
-                // Xcode / LocalTesting purchases: Apple does not sign them; nothing to trust.
-                count(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue)
-                failures.record(id)
-                summary.failed += 1
-                continue
-            }
-            // Rate bound per environment.
-            let spacing = Duration.seconds(1 / (environment == "Sandbox" ? configuration.sandboxRate : configuration.productionRate))
-            if let last = lastRequest[environment] {
-                let wait = spacing - (ContinuousClock.now - last)
-                if wait > .zero { try? await Task.sleep(for: wait) }
-            }
-            lastRequest[environment] = .now
-            summary.checked += 1
-            let metadata: LogMetadata = ["entitlement.id": id, "appstore.environment": environment]
-            switch await client.transaction(id: try row["transactionId"].string(), environment: environment) {
-            case .signedTransaction(let jws):
-                let expectation = SignedTransactionVerifier.Expectation(
-                    bundleId: configuration.bundleId, productId: try row["productId"].string(),
-                    originalTransactionId: try row["originalTransactionId"].string(), environment: environment)
-                let verified: VerifiedTransaction
-                do {
-                    verified = try verifier.verify(jws, expecting: expectation)
-                } catch {
-                    count(error.rawValue)
-                    failures.record(id)
+    /// One environment's lane: claim a batch, give each row a rate slot and an in-flight place, claim the next batch as
+    /// soon as this one is dispatched; stop when nothing is due, on a pause (remaining rows given back) or on cancellation.
+    private func sweep(_ environment: String) async throws -> PassSummary {
+        guard let pacer = pacers[environment] else { return PassSummary() }
+        let batch = max(10, min(500, Int(pacer.rate * 2)))
+        let limit = Self.inFlightLimit(rate: pacer.rate)
+        var summary = PassSummary()
+        try await withThrowingTaskGroup(of: Outcome.self) { group in
+            var inFlight = 0
+            func take(_ outcome: Outcome) {
+                inFlight -= 1
+                switch outcome {
+                case .revoked: summary.checked += 1; summary.revoked += 1
+                case .restored: summary.checked += 1; summary.restored += 1
+                case .unchanged: summary.checked += 1; summary.unchanged += 1
+                case .failed: summary.checked += 1; summary.failed += 1
+                case .rateLimited(let until):
+                    summary.checked += 1
                     summary.failed += 1
-                    logger.warning("signed transaction refused; entitlement unchanged",
-                                   metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
-                    continue
+                    if let until { summary.rateLimitedUntil = max(summary.rateLimitedUntil ?? until, until) }
+                case .released: break
                 }
-                try await apply(verified, id: id, status: try row["status"].string(), summary: &summary, metadata: metadata)
-            case .notFound(let code):
-                count("not_found")
-                failures.record(id)
-                summary.failed += 1
-                logger.warning("transaction not found at Apple; entitlement unchanged",
-                               metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
-            case .rateLimited(let retryAt):
-                count("rate_limited")
-                summary.rateLimitedUntil = retryAt ?? Date().addingTimeInterval(60)
-                logger.notice("App Store rate limit; pausing re-checks",
-                              metadata: ["appstore.retry_at": "\(summary.rateLimitedUntil!.timeIntervalSince1970)"])
-                return
-            case .unauthorized:
-                count("unauthorized")
-                logger.error("App Store Server API refused our JWT (check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key)", metadata: metadata)
-                return
-            case .serverError(let status):
-                count("server_error")
-                failures.record(id)
-                summary.failed += 1
-                logger.warning("App Store server error; entitlement unchanged", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
-            case .transportError(let message):
-                count("transport_error")
-                failures.record(id)
-                summary.failed += 1
-                logger.warning("App Store unreachable; entitlement unchanged", metadata: metadata.merging(["error": message]) { $1 })
             }
+            claiming: while !Task.isCancelled && !pacer.isPaused {
+                let rows = try await store.claim(environment: environment, limit: batch, lease: configuration.claimLease)
+                await refreshGauges(force: false)
+                if rows.isEmpty { break }
+                for (index, row) in rows.enumerated() {
+                    while inFlight >= limit, let outcome = try await group.next() { take(outcome) }
+                    guard await pacer.acquire() else {
+                        try await store.release(Array(rows[index...]))
+                        break claiming
+                    }
+                    inFlight += 1
+                    group.addTask { try await self.check(row, pacer: pacer) }
+                }
+            }
+            while let outcome = try await group.next() { take(outcome) }
+        }
+        if summary.rateLimitedUntil == nil, pacer.isPaused {
+            summary.rateLimitedUntil = Date().addingTimeInterval(((pacer.pausedUntil ?? .now) - .now).asSeconds)
+        }
+        return summary
+    }
+
+    /// Looks one claimed row up, verifies the answer and records the outcome on the row.
+    private func check(_ row: EntitlementStore.Claimed, pacer: RatePacer) async throws -> Outcome {
+        let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": row.environment]
+        let answer = await client.transaction(id: row.transactionId, environment: row.environment)
+        if Task.isCancelled {
+            // Stopping: the answer may be a cancellation, not Apple's; the row is due again as it was.
+            try await store.release([row])
+            return .released
+        }
+        func fail(_ reason: String, notBefore: Date? = nil) async throws -> Outcome {
+            count(reason)
+            try await store.recordFailure(id: row.id, reason: reason, base: configuration.failureBackoff, cap: backoffCap, notBefore: notBefore)
+            return .failed
+        }
+        switch answer {
+        case .signedTransaction(let jws):
+            let expectation = SignedTransactionVerifier.Expectation(bundleId: configuration.bundleId, productId: row.productId,
+                                                                    originalTransactionId: row.originalTransactionId, environment: row.environment)
+            let verified: VerifiedTransaction
+            do {
+                verified = try verifier.verify(jws, expecting: expectation)
+            } catch {
+                logger.warning("signed transaction refused; entitlement unchanged",
+                               metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
+                return try await fail(error.rawValue)
+            }
+            return try await apply(verified, to: row, metadata: metadata)
+        case .notFound(let code):
+            logger.warning("transaction not found at Apple; entitlement unchanged",
+                           metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
+            return try await fail("not_found")
+        case .rateLimited(let retryAt):
+            pacer.pause(untilDate: retryAt)
+            logger.notice("App Store rate limit; pausing this environment",
+                          metadata: metadata.merging(["appstore.retry_at": retryAt.map { "\(Int64($0.timeIntervalSince1970 * 1000))" } ?? "-"]) { $1 })
+            _ = try await fail("rate_limited", notBefore: retryAt)
+            return .rateLimited(retryAt ?? Date().addingTimeInterval(60))
+        case .unauthorized:
+            // Our JWT, not the row: pause the environment and give the row back unchanged.
+            count("unauthorized")
+            pacer.pause(until: .now + .seconds(300))
+            logger.error("App Store Server API refused our JWT (check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key); pausing 5 minutes",
+                         metadata: metadata)
+            try await store.release([row])
+            return .released
+        case .serverError(let status):
+            logger.warning("App Store server error; entitlement unchanged", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
+            return try await fail("server_error")
+        case .transportError(let message):
+            logger.warning("App Store unreachable; entitlement unchanged", metadata: metadata.merging(["error": message]) { $1 })
+            return try await fail("transport_error")
         }
     }
 
-    private func apply(_ verified: VerifiedTransaction, id: String, status: String, summary: inout PassSummary, metadata: LogMetadata) async throws {
+    private func apply(_ verified: VerifiedTransaction, to row: EntitlementStore.Claimed, metadata: LogMetadata) async throws -> Outcome {
         if let revocation = verified.revocationDate {
-            try await database.query(Self.revokeSQL, [.text(id), .timestamp(revocation), .optional(verified.revocationReason.map(String.init))])
+            try await store.record(.revoke(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
+                                   interval: configuration.recheckInterval)
             count("revoked")
-            if status == "ACTIVE" {
-                revokedTotal.increment()
-                summary.revoked += 1
-                logger.notice("entitlement revoked (verified refund or revocation)",
-                              metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
-            } else {
-                summary.unchanged += 1
-            }
-        } else if status == "REVOKED" {
-            try await database.query(Self.restoreSQL, [.text(id)])
+            guard row.status == "ACTIVE" else { return .unchanged }
+            revokedTotal.increment()
+            logger.notice("entitlement revoked (verified refund or revocation)",
+                          metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
+            return .revoked
+        } else if row.status == "REVOKED" {
+            try await store.record(.restore, id: row.id, interval: configuration.recheckInterval)
             count("restored")
             restoredTotal.increment()
-            summary.restored += 1
             logger.notice("entitlement restored (Apple no longer reports a revocation)", metadata: metadata)
+            return .restored
         } else {
-            try await database.query(Self.touchSQL, [.text(id)])
+            try await store.record(.stillActive, id: row.id, interval: configuration.recheckInterval)
             count("active")
-            summary.unchanged += 1
+            return .unchanged
         }
     }
 
-    /// Runs passes spread over the interval (every interval/24, at least every 5 minutes) until `stop`.
-    public func run(isStopped: @escaping @Sendable () -> Bool, sleep: @escaping @Sendable (Duration) async -> Void) async {
-        let cadence = min(Duration.seconds(300), configuration.recheckInterval / 24)
-        while !isStopped() {
-            var pause = cadence
+    /// Refreshes the due-row gauges at most every 5 s (or now when `force`).
+    func refreshGauges(force: Bool) async {
+        let go = gaugesRefreshedAt.withLock { last -> Bool in
+            if !force, let last, ContinuousClock.now - last < .seconds(5) { return false }
+            last = .now
+            return true
+        }
+        guard go, let gauges = try? await store.dueGauges() else { return }
+        dueGauge.set(Double(gauges.due))
+        oldestGauge.set(gauges.oldestOverdueSeconds)
+    }
+
+    /// How long to rest after a pass: until the next row falls due (or a pause ends), at most a minute, at least 100 ms.
+    func restAfterPass() async -> Duration {
+        let cadence = min(Duration.seconds(60), configuration.recheckInterval / 24)
+        var rest = cadence
+        for environment in Self.environments {
+            guard let due = try? await store.nextDue(environment: environment) else { continue }
+            var wait = Duration.milliseconds(Int64(max(0, due.timeIntervalSinceNow) * 1000))
+            if let paused = pacers[environment]?.pausedUntil { wait = max(wait, paused - .now) }
+            rest = min(rest, wait)
+        }
+        return max(rest, .milliseconds(100))
+    }
+
+    /// Runs passes (and the notification history poller when on) until the task is cancelled: a stop interrupts
+    /// lookups in flight, rate waits and rests at once.
+    public func run() async {
+        await withTaskGroup(of: Void.self) { group in
+            if let history {
+                group.addTask { await history.run() }
+            }
+            group.addTask { await self.sweepLoop() }
+        }
+    }
+
+    private func sweepLoop() async {
+        while !Task.isCancelled {
             do {
-                let summary = try await runOnce(shouldStop: isStopped)
-                if let until = summary.rateLimitedUntil {
-                    pause = max(pause, .milliseconds(Int64(max(0, until.timeIntervalSinceNow) * 1000)))
-                }
+                let summary = try await runOnce()
                 if summary.checked > 0 {
                     logger.info("entitlement pass", metadata: ["appstore.checked": "\(summary.checked)", "appstore.revoked": "\(summary.revoked)",
                                                                "appstore.restored": "\(summary.restored)", "appstore.failed": "\(summary.failed)"])
@@ -211,26 +294,12 @@ public final class EntitlementRechecker: Sendable {
             } catch {
                 logger.warning("entitlement pass failed", metadata: ["error": "\(error)"])
             }
-            await sleep(pause)
+            if Task.isCancelled { break }
+            let rest = await restAfterPass()
+            try? await Task.sleep(for: rest)
         }
     }
-}
 
-/// Remembers recent per-row failures (in memory; a restart simply retries them).
-final class FailureMemory: @unchecked Sendable {
-    private let lock = NSLock()
-    private var failedAt: [String: ContinuousClock.Instant] = [:]
-
-    func record(_ id: String) { lock.withLock { failedAt[id] = .now } }
-
-    func recentlyFailed(_ id: String, within window: Duration) -> Bool {
-        lock.withLock {
-            guard let at = failedAt[id] else { return false }
-            return ContinuousClock.now - at < window
-        }
-    }
-}
-
-extension Duration {
-    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    /// Stops the HTTP client (after `run` returned).
+    public func shutdown() { http.shutdown() }
 }

@@ -43,6 +43,10 @@ public struct SignedTransactionVerifier: Sendable {
         case transactionMismatch = "original_transaction_id_mismatch"
         case environmentMismatch = "environment_mismatch"
         case untrustedEnvironment = "untrusted_environment"
+        /// A notification whose decoded payload lacks its type, data or signed transaction.
+        case malformedNotification = "malformed_notification"
+        /// A notification of another type than the query asked for.
+        case notificationTypeMismatch = "notification_type_mismatch"
     }
 
     /// What the row expects the transaction to be.
@@ -67,6 +71,27 @@ public struct SignedTransactionVerifier: Sendable {
 
     /// Verifies `jws`; throws the first `Refusal`.
     public func verify(_ jws: String, expecting expectation: Expectation) throws(Refusal) -> VerifiedTransaction {
+        let (payload, signedDate) = try verifiedPayload(jws)
+        guard let transactionId = Self.string(payload["transactionId"]),
+              let originalTransactionId = Self.string(payload["originalTransactionId"]),
+              let bundleId = payload["bundleId"] as? String, let productId = payload["productId"] as? String,
+              let environment = payload["environment"] as? String else {
+            throw .malformedPayload
+        }
+        guard !Self.untrustedEnvironments.contains(environment) else { throw .untrustedEnvironment }
+        guard bundleId == expectation.bundleId else { throw .bundleMismatch }
+        guard productId == expectation.productId else { throw .productMismatch }
+        guard originalTransactionId == expectation.originalTransactionId else { throw .transactionMismatch }
+        guard environment == expectation.environment else { throw .environmentMismatch }
+        let revocation = (payload["revocationDate"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
+        return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
+                                   productId: productId, environment: environment, revocationDate: revocation,
+                                   revocationReason: (payload["revocationReason"] as? NSNumber)?.intValue, signedDate: signedDate)
+    }
+
+    /// Checks a compact JWS Apple signed (ES256, x5c chain of three to a configured root with Apple's OIDs, valid
+    /// at the payload's `signedDate`, signature by the leaf) and returns its payload; used for transactions and notifications.
+    func verifiedPayload(_ jws: String) throws(Refusal) -> (payload: [String: Any], signedDate: Date) {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let payloadData = Base64URL.decode(parts[1]),
               let signature = Base64URL.decode(parts[2]),
@@ -99,21 +124,15 @@ public struct SignedTransactionVerifier: Sendable {
               key.verifySHA256(signature: der, data: Array("\(parts[0]).\(parts[1])".utf8)) else {
             throw .badSignature
         }
-        guard let transactionId = Self.string(payload["transactionId"]),
-              let originalTransactionId = Self.string(payload["originalTransactionId"]),
-              let bundleId = payload["bundleId"] as? String, let productId = payload["productId"] as? String,
-              let environment = payload["environment"] as? String else {
-            throw .malformedPayload
-        }
-        guard !Self.untrustedEnvironments.contains(environment) else { throw .untrustedEnvironment }
-        guard bundleId == expectation.bundleId else { throw .bundleMismatch }
-        guard productId == expectation.productId else { throw .productMismatch }
-        guard originalTransactionId == expectation.originalTransactionId else { throw .transactionMismatch }
-        guard environment == expectation.environment else { throw .environmentMismatch }
-        let revocation = (payload["revocationDate"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
-        return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
-                                   productId: productId, environment: environment, revocationDate: revocation,
-                                   revocationReason: (payload["revocationReason"] as? NSNumber)?.intValue, signedDate: signedDate)
+        return (payload, signedDate)
+    }
+
+    /// The payload of a JWS read WITHOUT any check: only to find which row a notification is about, before
+    /// `verify(_:expecting:)` checks it against that row.
+    static func unverifiedPayload(_ jws: String) -> [String: Any]? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let data = Base64URL.decode(parts[1]) else { return nil }
+        return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
     }
 
     /// Apple sends ids as strings; accept numbers too.

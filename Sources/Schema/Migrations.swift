@@ -145,5 +145,37 @@ public enum Migrations {
             ConcurrentIndex("PushOutbox_dead_idx", on: #""PushOutbox" (id) WHERE status = 'DEAD'"#),
             ConcurrentIndex("PushOutbox_expired_idx", on: #""PushOutbox" (id) WHERE status = 'EXPIRED'"#),
         ]),
+        // Version 3 is reserved for issue 13 (pooler-safe locking); migrations apply by version, so a gap is fine.
+        Migration(version: 4, name: "entitlement scheduling: next check, backoff, notification history checkpoint", statements: [
+            // When the row is next due. NULL: never scheduled (a row the API just inserted): due at once, first.
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "nextCheckAt" timestamptz
+            """,
+            // Consecutive failed lookups (drives the row's own backoff) and the last failure's reason.
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "checkFailures" integer NOT NULL DEFAULT 0
+            """,
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "lastCheckError" text
+            """,
+            // The sweep's claim: per environment, the rows due soonest, as an index range scan.
+            """
+            CREATE INDEX IF NOT EXISTS "CaregiverEntitlement_recheck_due_idx" ON "CaregiverEntitlement"
+                (environment, (COALESCE("nextCheckAt", '-infinity'::timestamptz)), id)
+                WHERE status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL)
+            """,
+            // Notifications are matched by the purchase's original transaction id (already UNIQUE in the API's schema).
+            """
+            CREATE TABLE IF NOT EXISTS "AppStoreNotificationCheckpoint" (
+                environment text NOT NULL,
+                "notificationType" text NOT NULL,
+                "startDate" timestamptz NOT NULL,
+                "endDate" timestamptz,
+                "paginationToken" text,
+                "updatedAt" timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (environment, "notificationType")
+            )
+            """,
+        ]),
     ]
 }

@@ -114,9 +114,12 @@ enum AppStoreWiring {
         let appStore = try load(settings, configuration: configuration)
         let rechecker = try EntitlementRechecker(configuration: appStore, conninfo: configuration.databaseURL,
                                                  logger: logger.child(label: "appstore"), metrics: metrics)
-        return { stop, wake in
-            await rechecker.run(isStopped: { stop.isRequested },
-                                sleep: { pause in await wake.wait(after: wake.current, timeout: pause) })
+        return { stop, _ in
+            // A stop cancels the loop: lookups in flight, rate waits and rests end at once.
+            let loop = Task { await rechecker.run() }
+            stop.onRequest { loop.cancel() }
+            await loop.value
+            rechecker.shutdown()
         }
     }
 
@@ -133,9 +136,13 @@ enum AppStoreWiring {
             }
             roots.append(root)
         }
-        return AppStoreConfiguration(issuerId: settings.issuerId, keyId: settings.keyId, bundleId: settings.bundleId,
-                                     privateKey: key, roots: roots, productionURL: settings.productionURL,
-                                     sandboxURL: settings.sandboxURL, recheckInterval: configuration.entitlementRecheckInterval,
-                                     http: HTTPClientConfiguration(maxInFlight: 8, caFile: configuration.tlsCAFile))
+        var appStore = AppStoreConfiguration(issuerId: settings.issuerId, keyId: settings.keyId, bundleId: settings.bundleId,
+                                             privateKey: key, roots: roots, productionURL: settings.productionURL,
+                                             sandboxURL: settings.sandboxURL, recheckInterval: configuration.entitlementRecheckInterval,
+                                             http: HTTPClientConfiguration(maxInFlight: 8, caFile: configuration.tlsCAFile))
+        appStore.setRequestsPerSecond(Double(settings.requestsPerSecond))
+        appStore.notificationHistory = settings.notificationHistory
+        appStore.notificationPollInterval = settings.notificationPollInterval
+        return appStore
     }
 }

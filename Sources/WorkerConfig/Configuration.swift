@@ -22,6 +22,10 @@ public struct Configuration: Sendable {
         public static let appStoreSandboxURL = "https://api.storekit-sandbox.apple.com"
         public static let fcmServiceAccountCredential = "fcm-service-account.json"
         public static let appStoreKeyCredential = "appstore-key.p8"
+        /// Production lookups per second (sandbox: a tenth); Apple allows 50 (5 in sandbox).
+        public static let appStoreRequestsPerSecond = 20
+        public static let appStoreMaxRequestsPerSecond = 50
+        public static let appStoreNotificationPollInterval = Duration.seconds(300)
     }
 
     /// App Store Server API settings; nil in `Configuration.appStore` turns the loop off.
@@ -33,6 +37,11 @@ public struct Configuration: Sendable {
         public var rootCertificateFiles: [String]
         public var productionURL: String
         public var sandboxURL: String
+        /// Production requests per second; sandbox gets a tenth.
+        public var requestsPerSecond: Int
+        /// Read Get Notification History for refunds (`APPSTORE_NOTIFICATION_HISTORY=on`).
+        public var notificationHistory: Bool
+        public var notificationPollInterval: Duration
     }
 
     public var databaseURL: String
@@ -116,6 +125,9 @@ public struct Configuration: Sendable {
                 ("APPSTORE_ROOT_CERT_FILES", appStore.rootCertificateFiles.joined(separator: ",")),
                 ("APPSTORE_PRODUCTION_URL", appStore.productionURL),
                 ("APPSTORE_SANDBOX_URL", appStore.sandboxURL),
+                ("APPSTORE_REQUESTS_PER_SECOND", String(appStore.requestsPerSecond)),
+                ("APPSTORE_NOTIFICATION_HISTORY", appStore.notificationHistory ? "on" : "off"),
+                ("APPSTORE_NOTIFICATION_POLL_INTERVAL", ValueParsing.format(appStore.notificationPollInterval)),
             ]
         } else {
             lines.append(("APPSTORE_*", "(not configured: entitlement re-checks are off)"))

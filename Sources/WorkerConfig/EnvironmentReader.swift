@@ -105,6 +105,21 @@ struct EnvironmentReader {
             issuerId: try required("APPSTORE_ISSUER_ID"), keyId: try required("APPSTORE_KEY_ID"), privateKeyFile: keyFile,
             bundleId: try required("APPSTORE_BUNDLE_ID"), rootCertificateFiles: roots,
             productionURL: try url("APPSTORE_PRODUCTION_URL", default: Configuration.Defaults.appStoreProductionURL),
-            sandboxURL: try url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL))
+            sandboxURL: try url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL),
+            requestsPerSecond: try integer("APPSTORE_REQUESTS_PER_SECOND", default: Configuration.Defaults.appStoreRequestsPerSecond,
+                                           range: 1...Configuration.Defaults.appStoreMaxRequestsPerSecond),
+            notificationHistory: try flag("APPSTORE_NOTIFICATION_HISTORY", default: false),
+            notificationPollInterval: try duration("APPSTORE_NOTIFICATION_POLL_INTERVAL",
+                                                   default: Configuration.Defaults.appStoreNotificationPollInterval))
+    }
+
+    /// `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
+    func flag(_ name: String, default fallback: Bool) throws(ConfigurationError) -> Bool {
+        guard let text = raw(name) else { return fallback }
+        switch text.lowercased() {
+        case "on", "true", "yes", "1": return true
+        case "off", "false", "no", "0": return false
+        default: throw ConfigurationError(name, "must be on or off, got \"\(text)\"")
+        }
     }
 }

@@ -18,14 +18,23 @@ struct EntitlementRecheckerTests {
         let rechecker: EntitlementRechecker
         let metrics: MetricsRegistry
         let db: PostgresClient
+        let configuration: AppStoreConfiguration
+        let conninfo: String
 
         func stop() {
+            rechecker.shutdown()
             production.stop()
             sandbox.stop()
         }
+
+        /// A new rechecker on the same database and fakes: a restarted worker (nothing kept in memory).
+        func restarted() throws -> EntitlementRechecker {
+            try EntitlementRechecker(configuration: configuration, conninfo: conninfo,
+                                     logger: Logger(label: "appstore", sink: MemorySink()), metrics: MetricsRegistry())
+        }
     }
 
-    static func rig(_ conninfo: String) throws -> Rig {
+    static func rig(_ conninfo: String, configure: (inout AppStoreConfiguration) -> Void = { _ in }) throws -> Rig {
         let pki = ApplePKI.shared
         let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
         let sandbox = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
@@ -35,19 +44,21 @@ struct EntitlementRecheckerTests {
             http: HTTPClientConfiguration(maxInFlight: 4, caFile: TLSFixtures.shared.caFile))
         configuration.productionRate = 1000
         configuration.sandboxRate = 1000
+        configure(&configuration)
         let metrics = MetricsRegistry()
         let rechecker = try EntitlementRechecker(configuration: configuration, conninfo: conninfo,
                                                  logger: Logger(label: "appstore", sink: MemorySink()), metrics: metrics)
-        return Rig(production: production, sandbox: sandbox, rechecker: rechecker, metrics: metrics, db: PostgresClient(conninfo: conninfo))
+        return Rig(production: production, sandbox: sandbox, rechecker: rechecker, metrics: metrics, db: PostgresClient(conninfo: conninfo),
+                   configuration: configuration, conninfo: conninfo)
     }
 
     static func insert(_ db: PostgresClient, id: String, transaction: String, environment: String = "Production", status: String = "ACTIVE",
-                       revokedAt: String? = nil) async throws {
+                       revokedAt: String? = nil, product: String = "premium.monthly") async throws {
         try await db.query(#"""
             INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status,
                 "purchasedAt", "revokedAt", "revocationReason")
-            VALUES ($1, 'c1', 'premium.monthly', $2, $2, $3, $4, now(), $5::timestamptz, CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '0' END)
-            """#, [.text(id), .text(transaction), .text(environment), .text(status), .optional(revokedAt)])
+            VALUES ($1, 'c1', $6, $2, $2, $3, $4, now(), $5::timestamptz, CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '0' END)
+            """#, [.text(id), .text(transaction), .text(environment), .text(status), .optional(revokedAt), .text(product)])
     }
 
     static func row(_ db: PostgresClient, _ id: String) async throws -> (status: String, revokedAtMillis: Int64?, reason: String?, checked: Bool) {

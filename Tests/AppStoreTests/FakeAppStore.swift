@@ -3,31 +3,61 @@ import Foundation
 import HTTPServer
 import TestSupport
 
-/// A loopback App Store Server API over TLS: checks the client's ES256 JWT the way Apple does,
-/// then answers per transaction id with a signed transaction, 404 (errorCode 4040010) or 429.
+/// A loopback App Store Server API over TLS: checks the client's ES256 JWT the way Apple does, then answers
+/// Get Transaction Info per transaction id (signed transaction, 404 errorCode 4040010, 429 with Retry-After in UNIX ms,
+/// a status, or a stall) and Get Notification History (pages of 20, pagination tokens, Apple's date-range and
+/// notificationType checks, signed payloads). Every request's arrival is recorded for rate checks.
 final class FakeAppStore: @unchecked Sendable {
     enum Answer: Sendable {
         case signed(String)
         case notFound
         case rateLimited(retryAtMillis: Int64)
         case status(Int)
+        /// Holds the request until `stop()` (or 30 s): a lookup in flight when the worker is told to stop.
+        case stall
+    }
+
+    /// One Get Notification History call as received.
+    struct HistoryQuery: Sendable, Equatable {
+        var startMillis: Int64
+        var endMillis: Int64
+        var type: String?
+        var paginationToken: String?
+    }
+
+    private struct Recorded {
+        var type: String
+        var atMillis: Int64
+        var signedPayload: String
     }
 
     private let lock = NSLock()
     private var answers: [String: Answer] = [:]
     private(set) var requestedIds: [String] = []
     private(set) var refusedTokens = 0
+    private var arrivals: [ContinuousClock.Instant] = []
+    private var notifications: [Recorded] = []
+    private var tokens: [String: (query: HistoryQuery, offset: Int)] = [:]
+    private var queries: [HistoryQuery] = []
+    private var historyFailure: Int?
+    private var historyFailAfter = 0
+    private var stalled = 0
+    private var stopping = false
     private var server: HTTPServer!
     let apiPublicKey: PublicKey
     let keyId: String
     let issuerId: String
     let bundleId: String
+    /// Days of history Apple keeps (180 production, 30 sandbox).
+    let historyDays: Int64
+    static let pageSize = 20
 
-    init(apiPublicKeyPEM: String, keyId: String, issuerId: String, bundleId: String) throws {
+    init(apiPublicKeyPEM: String, keyId: String, issuerId: String, bundleId: String, historyDays: Int64 = 180) throws {
         apiPublicKey = try PublicKey(pem: apiPublicKeyPEM)
         self.keyId = keyId
         self.issuerId = issuerId
         self.bundleId = bundleId
+        self.historyDays = historyDays
         let fixtures = TLSFixtures.shared
         server = try HTTPServer(tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)) {
             [unowned self] request in self.handle(request)
@@ -37,18 +67,42 @@ final class FakeAppStore: @unchecked Sendable {
     var baseURL: String { "https://127.0.0.1:\(server.port)" }
     var requests: [String] { lock.withLock { requestedIds } }
     var refused: Int { lock.withLock { refusedTokens } }
+    /// When each authenticated request arrived (lookups and history).
+    var arrivalTimes: [ContinuousClock.Instant] { lock.withLock { arrivals } }
+    var historyQueries: [HistoryQuery] { lock.withLock { queries } }
+    /// Requests currently held by `.stall`.
+    var stalledNow: Int { lock.withLock { stalled } }
 
     func answer(_ transactionId: String, _ answer: Answer) { lock.withLock { answers[transactionId] = answer } }
 
-    func stop() { server.stop() }
+    /// Apple records a notification (it shows in the history from `atMillis`, default now).
+    func record(_ type: String, signedPayload: String, atMillis: Int64? = nil) {
+        let at = atMillis ?? Int64(Date().timeIntervalSince1970 * 1000)
+        lock.withLock { notifications.append(Recorded(type: type, atMillis: at, signedPayload: signedPayload)) }
+    }
+
+    /// Makes history calls answer `status` once `after` more have been answered normally (nil: answer normally again).
+    func failHistory(with status: Int?, after: Int = 0) {
+        lock.withLock {
+            historyFailure = status
+            historyFailAfter = queries.count + after
+        }
+    }
+
+    func stop() {
+        lock.withLock { stopping = true }
+        server.stop()
+    }
 
     private func handle(_ request: HTTPServerRequest) -> HTTPServerResponse {
-        let prefix = "/inApps/v1/transactions/"
-        guard request.method == "GET", request.path.hasPrefix(prefix) else { return .json(404, #"{"errorCode":4040000}"#) }
         guard let auth = request.headers["authorization"], auth.hasPrefix("Bearer "), verifyJWT(String(auth.dropFirst(7))) else {
             lock.withLock { refusedTokens += 1 }
             return HTTPServerResponse(status: 401, body: Array("Unauthenticated".utf8))
         }
+        lock.withLock { arrivals.append(.now) }
+        if request.method == "POST", request.path == "/inApps/v1/notifications/history" { return history(request) }
+        let prefix = "/inApps/v1/transactions/"
+        guard request.method == "GET", request.path.hasPrefix(prefix) else { return .json(404, #"{"errorCode":4040000}"#) }
         let id = String(request.path.dropFirst(prefix.count))
         let answer = lock.withLock { () -> Answer? in
             requestedIds.append(id)
@@ -59,7 +113,58 @@ final class FakeAppStore: @unchecked Sendable {
         case .rateLimited(let millis)?:
             return .json(429, #"{"errorCode":4290000,"errorMessage":"Rate limit exceeded."}"#, headers: ["Retry-After": "\(millis)"])
         case .status(let status)?: return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
+        case .stall?:
+            lock.withLock { stalled += 1 }
+            for _ in 0..<3000 where !lock.withLock({ stopping }) { Thread.sleep(forTimeInterval: 0.01) }
+            lock.withLock { stalled -= 1 }
+            return .json(500, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
         case .notFound?, nil: return .json(404, #"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#)
+        }
+    }
+
+    /// Get Notification History with Apple's checks and error codes.
+    private func history(_ request: HTTPServerRequest) -> HTTPServerResponse {
+        func bad(_ code: Int, _ message: String) -> HTTPServerResponse { .json(400, #"{"errorCode":\#(code),"errorMessage":"\#(message)"}"#) }
+        guard let body = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any] else {
+            return bad(4_000_000, "An error that indicates an invalid request.")
+        }
+        guard let start = (body["startDate"] as? NSNumber)?.int64Value else { return bad(4_000_015, "Invalid request. The start date is not a timestamp value represented in milliseconds.") }
+        guard let end = (body["endDate"] as? NSNumber)?.int64Value else { return bad(4_000_016, "Invalid request. The end date is not a timestamp value represented in milliseconds.") }
+        let type = body["notificationType"] as? String
+        let query = HistoryQuery(startMillis: start, endMillis: end, type: type, paginationToken: request.query["paginationToken"])
+        let nowMillis = Int64(Date().timeIntervalSince1970 * 1000)
+        return lock.withLock { () -> HTTPServerResponse in
+            queries.append(query)
+            if let status = historyFailure, queries.count > historyFailAfter { return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#) }
+            guard start < end else { return bad(4_000_013, "Invalid request. The end date precedes the start date or the dates are the same.") }
+            guard start >= nowMillis - historyDays * 86_400_000 else { return bad(4_000_012, "Invalid request. The start date is earlier than the allowed start date.") }
+            // This fake insists on one notificationType per query (the worker makes one query per type) and no transactionId with it.
+            guard let type, !type.isEmpty, body["transactionId"] == nil else {
+                return bad(4_000_018, "Invalid request. The notification type or subtype is invalid.")
+            }
+            var offset = 0
+            if let token = query.paginationToken {
+                guard let saved = tokens[token], saved.query.startMillis == start, saved.query.endMillis == end, saved.query.type == type else {
+                    return bad(4_000_014, "Invalid request. The pagination token is invalid.")
+                }
+                offset = saved.offset
+            }
+            let effectiveEnd = min(end, nowMillis)
+            let matching = notifications.filter { $0.type == type && $0.atMillis >= start && $0.atMillis < effectiveEnd }.sorted { $0.atMillis < $1.atMillis }
+            let page = matching.dropFirst(offset).prefix(Self.pageSize)
+            let hasMore = offset + page.count < matching.count
+            var response: [String: Any] = [
+                "notificationHistory": page.map { ["signedPayload": $0.signedPayload,
+                                                   "sendAttempts": [["attemptDate": $0.atMillis, "sendAttemptResult": "SUCCESS"]]] },
+                "hasMore": hasMore,
+            ]
+            if hasMore {
+                let token = UUID().uuidString
+                tokens[token] = (HistoryQuery(startMillis: start, endMillis: end, type: type, paginationToken: nil), offset + page.count)
+                response["paginationToken"] = token
+            }
+            let data = (try? JSONSerialization.data(withJSONObject: response)) ?? Data()
+            return .json(200, String(decoding: data, as: UTF8.self))
         }
     }
 

@@ -1,0 +1,202 @@
+import Foundation
+import Postgres
+
+/// The rechecker's SQL: per-row schedule (`"nextCheckAt"`, `"checkFailures"`, `"lastCheckError"`, migration 4),
+/// outcomes, the notification history checkpoint, and the singleton lock.
+struct EntitlementStore: Sendable {
+    /// A row taken by a claim; `previousDue` is its `"nextCheckAt"` before the claim (nil: never scheduled).
+    struct Claimed: Sendable {
+        var id: String
+        var productId: String
+        var originalTransactionId: String
+        var transactionId: String
+        var environment: String
+        var status: String
+        var previousDue: Date?
+    }
+
+    /// What a verified answer does to a row.
+    enum Verdict: Sendable {
+        case revoke(Date, reason: String?)
+        case restore
+        case stillActive
+    }
+
+    /// Rows the loop looks after: ACTIVE, and REVOKED ones this worker revoked (`"revokedAt"` set).
+    static let eligible = #"(status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))"#
+    static let due = #"COALESCE("nextCheckAt", '-infinity'::timestamptz)"#
+
+    let database: PostgresClient
+    let lockConnection: PostgresClient
+
+    /// Takes up to `limit` due rows of one environment, soonest due first, and moves them `lease` ahead so no
+    /// other claim takes them while they are looked up.
+    static let claimSQL = """
+        WITH picked AS (
+            SELECT id, "nextCheckAt" AS previous FROM "CaregiverEntitlement"
+            WHERE \(eligible) AND environment = $1 AND \(due) <= now()
+            ORDER BY \(due), id
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = now() + make_interval(secs => $3::double precision)
+        FROM picked WHERE e.id = picked.id
+        RETURNING e.id, e."productId", e."originalTransactionId", e."transactionId", e.environment, e.status, picked.previous
+        """
+
+    func claim(environment: String, limit: Int, lease: Duration) async throws -> [Claimed] {
+        let rows = try await database.query(Self.claimSQL, [.text(environment), .int(limit), .double(lease.asSeconds)])
+        var claimed: [Claimed] = []
+        claimed.reserveCapacity(rows.count)
+        for row in rows {
+            claimed.append(Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
+                                   originalTransactionId: try row["originalTransactionId"].string(),
+                                   transactionId: try row["transactionId"].string(), environment: try row["environment"].string(),
+                                   status: try row["status"].string(), previousDue: try row["previous"].optionalDate()))
+        }
+        // RETURNING does not keep the CTE's order.
+        return claimed.sorted { ($0.previousDue ?? .distantPast, $0.id) < ($1.previousDue ?? .distantPast, $1.id) }
+    }
+
+    /// Gives claimed rows back untouched (a stop or a pause came first): due again as they were.
+    func release(_ rows: [Claimed]) async throws {
+        guard !rows.isEmpty else { return }
+        // NULL (never scheduled) goes back as the epoch: still due, still first.
+        try await database.query("""
+            UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = r.due
+            FROM unnest($1::text[], $2::timestamptz[]) AS r(id, due) WHERE e.id = r.id
+            """, [.textArray(rows.map(\.id)), .timestampArray(rows.map { $0.previousDue ?? Date(timeIntervalSince1970: 0) })])
+    }
+
+    /// Records a verified answer: the row's failures reset and it is due again after about the interval (less up to a tenth).
+    func record(_ verdict: Verdict, id: String, interval: Duration) async throws {
+        let next = #""nextCheckAt" = now() + make_interval(secs => $2::double precision * (0.9 + 0.1 * random())), "checkFailures" = 0, "lastCheckError" = NULL"#
+        switch verdict {
+        case .revoke(let date, let reason):
+            try await database.query("""
+                UPDATE "CaregiverEntitlement"
+                SET status = 'REVOKED', "revokedAt" = $3::timestamptz, "revocationReason" = $4, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
+                WHERE id = $1 AND \(Self.eligible)
+                """, [.text(id), .double(interval.asSeconds), .timestamp(date), .optional(reason)])
+        case .restore:
+            try await database.query("""
+                UPDATE "CaregiverEntitlement"
+                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
+                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" IS NOT NULL
+                """, [.text(id), .double(interval.asSeconds)])
+        case .stillActive:
+            try await database.query("""
+                UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(next) WHERE id = $1 AND status = 'ACTIVE'
+                """, [.text(id), .double(interval.asSeconds)])
+        }
+    }
+
+    /// A failed lookup: the row waits `base` × 2^(failures so far), at most `cap`, and never before `notBefore`.
+    /// `"lastCheckedAt"` does not move (nothing was learnt); the reason is kept.
+    func recordFailure(id: String, reason: String, base: Duration, cap: Duration, notBefore: Date? = nil) async throws {
+        try await database.query(Self.failureSQL(where: "id = $1"),
+                                 [.text(id), .text(reason), .double(base.asSeconds), .double(cap.asSeconds), notBefore.map(PostgresValue.timestamp) ?? .null])
+    }
+
+    static func failureSQL(where condition: String) -> String {
+        """
+        UPDATE "CaregiverEntitlement"
+        SET "checkFailures" = "checkFailures" + 1, "lastCheckError" = $2,
+            "nextCheckAt" = GREATEST(COALESCE($5::timestamptz, '-infinity'::timestamptz),
+                now() + make_interval(secs => LEAST($4::double precision, $3::double precision * power(2, LEAST("checkFailures", 40)))))
+        WHERE \(condition)
+        """
+    }
+
+    /// Due rows of environments Apple does not sign (Xcode, LocalTesting, anything else): refused without a request, backed off.
+    func failUntrustedEnvironments(base: Duration, cap: Duration) async throws -> Int {
+        // $1 (the id in the per-row form) is unused here; typed so the statement prepares.
+        let condition = "$1::text IS NULL AND \(Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(Self.due) <= now()"
+        return try await database.query(Self.failureSQL(where: condition) + " RETURNING id",
+                                        [.null, .text(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue),
+                                         .double(base.asSeconds), .double(cap.asSeconds), .null]).count
+    }
+
+    /// When the environment's next row falls due (distantPast: one is due now), nil when it has none.
+    func nextDue(environment: String) async throws -> Date? {
+        let rows = try await database.query("""
+            SELECT min(\(Self.due)) = '-infinity'::timestamptz AS unscheduled, min(\(Self.due)) AS due
+            FROM "CaregiverEntitlement" WHERE \(Self.eligible) AND environment = $1
+            """, [.text(environment)])
+        guard let row = rows.first, row["due"].optionalString() != nil else { return nil }
+        return try row["unscheduled"].bool() ? .distantPast : try row["due"].date()
+    }
+
+    /// Rows due now and how long the most overdue one has waited (a never-checked row: since it was created).
+    func dueGauges() async throws -> (due: Int, oldestOverdueSeconds: Double) {
+        let row = try await database.query("""
+            SELECT count(*) AS due, COALESCE(extract(epoch FROM now() - min(COALESCE("nextCheckAt", "createdAt"))), 0)::double precision AS oldest
+            FROM "CaregiverEntitlement" WHERE \(Self.eligible) AND \(Self.due) <= now()
+            """)[0]
+        return (try row["due"].int(), max(0, try row["oldest"].double()))
+    }
+
+    /// The row a notification is about, by Apple's original transaction id.
+    func row(originalTransactionId: String) async throws -> Claimed? {
+        let rows = try await database.query("""
+            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt" IS NOT NULL AS ours
+            FROM "CaregiverEntitlement" WHERE "originalTransactionId" = $1
+            """, [.text(originalTransactionId)])
+        guard let row = rows.first else { return nil }
+        let status = try row["status"].string()
+        let ours = try row["ours"].bool()
+        // A REVOKED row without "revokedAt" belongs to someone else: report it as such so nothing touches it.
+        return Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
+                       originalTransactionId: try row["originalTransactionId"].string(), transactionId: try row["transactionId"].string(),
+                       environment: try row["environment"].string(),
+                       status: status == "REVOKED" && !ours ? "REVOKED_ELSEWHERE" : status, previousDue: nil)
+    }
+
+    /// Where a notification query resumes: its window and, mid-way, the next page's token.
+    struct Checkpoint: Sendable, Equatable {
+        var start: Date
+        var end: Date?
+        var paginationToken: String?
+    }
+
+    func checkpoint(environment: String, type: String) async throws -> Checkpoint? {
+        let rows = try await database.query("""
+            SELECT "startDate", "endDate", "paginationToken" FROM "AppStoreNotificationCheckpoint"
+            WHERE environment = $1 AND "notificationType" = $2
+            """, [.text(environment), .text(type)])
+        guard let row = rows.first else { return nil }
+        return Checkpoint(start: try row["startDate"].date(), end: try row["endDate"].optionalDate(),
+                          paginationToken: row["paginationToken"].optionalString())
+    }
+
+    func save(_ checkpoint: Checkpoint, environment: String, type: String) async throws {
+        try await database.query("""
+            INSERT INTO "AppStoreNotificationCheckpoint" (environment, "notificationType", "startDate", "endDate", "paginationToken", "updatedAt")
+            VALUES ($1, $2, $3, $4, $5, now())
+            ON CONFLICT (environment, "notificationType") DO UPDATE
+            SET "startDate" = excluded."startDate", "endDate" = excluded."endDate", "paginationToken" = excluded."paginationToken", "updatedAt" = now()
+            """, [.text(environment), .text(type), .timestamp(checkpoint.start), checkpoint.end.map(PostgresValue.timestamp) ?? .null,
+                  .optional(checkpoint.paginationToken)])
+    }
+
+    /// Runs `body` only while this process holds the named singleton lock; nil when another instance holds it.
+    /// The ONE place the rechecker locks: today a session advisory lock on a dedicated connection.
+    func withSingletonLock<T: Sendable>(_ key: Int64, _ body: () async throws -> T) async throws -> T? {
+        let locked = try await lockConnection.withConnection { connection in
+            try connection.query("SELECT pg_try_advisory_lock($1) AS ok", [.int(key)])[0]["ok"].bool()
+        }
+        guard locked else { return nil }
+        do {
+            let value = try await body()
+            _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(key)])
+            return value
+        } catch {
+            _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(key)])
+            throw error
+        }
+    }
+}
+
+extension Duration {
+    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import Logging
+import Metrics
+
+/// Finds refunds in minutes: every poll interval, pages through Get Notification History for REFUND and for
+/// REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
+/// transaction inside it as a lookup would, and revokes or restores the row. The sweep stays the safety net.
+public final class NotificationHistoryPoller: Sendable {
+    /// Singleton lock key of the poller ("medwnot1").
+    public static let lockKey: Int64 = 0x6D65_6477_6E6F_7431
+    /// One query per type (Apple filters on one notificationType at a time).
+    public static let types = ["REFUND", "REFUND_REVERSED"]
+    /// Each window starts this long before the previous one ended: a notification Apple records late is still seen
+    /// (applying one twice changes nothing).
+    static let overlap: TimeInterval = 300
+    /// Apple's pagination token errors (invalid, expired): the window is read again from its start.
+    static let tokenErrors: Set<Int> = [4_000_014, 4_000_017]
+
+    /// What one poll did.
+    public struct PollSummary: Sendable, Equatable {
+        public var pages = 0
+        public var notifications = 0
+        /// Verdict → count (`revoked`, `restored`, `unchanged`, `no_entitlement`, refusal reasons, ...).
+        public var verdicts: [String: Int] = [:]
+    }
+
+    let configuration: AppStoreConfiguration
+    let client: AppStoreClient
+    let verifier: SignedTransactionVerifier
+    let store: EntitlementStore
+    let pacers: [String: RatePacer]
+    let logger: Logger
+    let metrics: MetricsRegistry
+    let revokedTotal: Counter
+    let restoredTotal: Counter
+    let now: @Sendable () -> Date
+
+    init(configuration: AppStoreConfiguration, client: AppStoreClient, verifier: SignedTransactionVerifier, store: EntitlementStore,
+         pacers: [String: RatePacer], logger: Logger, metrics: MetricsRegistry, revokedTotal: Counter, restoredTotal: Counter,
+         now: @escaping @Sendable () -> Date) {
+        self.configuration = configuration
+        self.client = client
+        self.verifier = verifier
+        self.store = store
+        self.pacers = pacers
+        self.logger = logger
+        self.metrics = metrics
+        self.revokedTotal = revokedTotal
+        self.restoredTotal = restoredTotal
+        self.now = now
+        for type in Self.types {
+            for verdict in ["revoked", "restored", "unchanged"] { count(type, verdict, increment: false) }
+        }
+    }
+
+    /// How far back Apple keeps history: 180 days in production, 30 in sandbox (an hour's margin kept).
+    static func retention(_ environment: String) -> TimeInterval { (environment == "Sandbox" ? 30 : 180) * 86_400 - 3600 }
+
+    func count(_ type: String, _ verdict: String, increment: Bool = true) {
+        let counter = metrics.counter("appstore_notifications_total", help: "App Store notifications read from the history, by type and verdict.",
+                                      labels: ["type": type, "verdict": verdict])
+        if increment { counter.increment() }
+    }
+
+    /// Polls every environment and type once; nothing when another instance holds the poller's lock.
+    public func pollOnce() async throws -> PollSummary {
+        try await store.withSingletonLock(Self.lockKey) {
+            var summary = PollSummary()
+            for environment in EntitlementRechecker.environments {
+                for type in Self.types where !Task.isCancelled {
+                    try await self.poll(environment: environment, type: type, summary: &summary)
+                }
+            }
+            return summary
+        } ?? PollSummary()
+    }
+
+    /// Polls until the task is cancelled, every `notificationPollInterval`.
+    func run() async {
+        while !Task.isCancelled {
+            do {
+                let summary = try await pollOnce()
+                if summary.notifications > 0 {
+                    logger.info("notification history read", metadata: [
+                        "appstore.notifications": "\(summary.notifications)",
+                        "appstore.verdicts": summary.verdicts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","),
+                    ])
+                }
+            } catch {
+                logger.warning("notification history poll failed", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: configuration.notificationPollInterval)
+        }
+    }
+
+    private func poll(environment: String, type: String, summary: inout PollSummary) async throws {
+        guard let pacer = pacers[environment] else { return }
+        let instant = now()
+        let earliest = instant.addingTimeInterval(-Self.retention(environment))
+        var checkpoint = try await store.checkpoint(environment: environment, type: type)
+            ?? .init(start: instant.addingTimeInterval(-min(configuration.recheckInterval.asSeconds, Self.retention(environment))))
+        if checkpoint.start < earliest {
+            // Down longer than Apple keeps history: the sweep covers what is older.
+            checkpoint = .init(start: earliest)
+        }
+        // A window cut short (stop, crash, error mid-way) resumes with its own end and token; a new one ends now.
+        let end = checkpoint.end ?? instant
+        var token = checkpoint.paginationToken
+        let metadata: LogMetadata = ["appstore.environment": environment, "appstore.notification_type": type]
+        while !Task.isCancelled {
+            guard await pacer.acquire() else { return }
+            switch await client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
+                                                    paginationToken: token) {
+            case .page(let page):
+                summary.pages += 1
+                for signedPayload in page.signedPayloads {
+                    let verdict = try await apply(signedPayload, type: type, environment: environment)
+                    summary.notifications += 1
+                    summary.verdicts[verdict, default: 0] += 1
+                    count(type, verdict)
+                }
+                if page.hasMore, let next = page.paginationToken {
+                    token = next
+                    try await store.save(.init(start: checkpoint.start, end: end, paginationToken: next), environment: environment, type: type)
+                } else {
+                    let nextStart = max(checkpoint.start, end.addingTimeInterval(-Self.overlap))
+                    try await store.save(.init(start: nextStart), environment: environment, type: type)
+                    return
+                }
+            case .badRequest(let code?) where Self.tokenErrors.contains(code) && token != nil:
+                logger.notice("notification history token refused; reading the window again", metadata: metadata)
+                token = nil
+                try await store.save(.init(start: checkpoint.start, end: end), environment: environment, type: type)
+            case .badRequest(let code):
+                logger.error("notification history request refused", metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
+                return
+            case .rateLimited(let retryAt):
+                pacer.pause(untilDate: retryAt)
+                logger.notice("App Store rate limit on notification history; pausing this environment", metadata: metadata)
+                return
+            case .unauthorized:
+                pacer.pause(until: .now + .seconds(300))
+                logger.error("App Store Server API refused our JWT on notification history; pausing 5 minutes", metadata: metadata)
+                return
+            case .serverError(let status):
+                logger.warning("notification history: App Store server error", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
+                return
+            case .transportError(let message):
+                if !Task.isCancelled {
+                    logger.warning("notification history: App Store unreachable", metadata: metadata.merging(["error": message]) { $1 })
+                }
+                return
+            }
+        }
+    }
+
+    /// Verifies one notification and applies it; returns the verdict (metric label).
+    func apply(_ signedPayload: String, type: String, environment: String) async throws -> String {
+        let notification: VerifiedNotification
+        do {
+            notification = try verifier.verifyNotification(signedPayload, type: type, bundleId: configuration.bundleId, environment: environment)
+        } catch {
+            logger.warning("notification refused; nothing changed", metadata: ["appstore.refusal": error.rawValue, "appstore.notification_type": type])
+            return error.rawValue
+        }
+        guard let original = SignedTransactionVerifier.claimedOriginalTransactionId(notification.signedTransactionInfo) else {
+            return SignedTransactionVerifier.Refusal.malformedPayload.rawValue
+        }
+        guard let row = try await store.row(originalTransactionId: original) else { return "no_entitlement" }
+        let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": environment, "appstore.notification_type": type]
+        guard row.status != "REVOKED_ELSEWHERE" else { return "unchanged" }
+        let verified: VerifiedTransaction
+        do {
+            verified = try verifier.verify(notification.signedTransactionInfo, expecting: .init(
+                bundleId: configuration.bundleId, productId: row.productId, originalTransactionId: row.originalTransactionId,
+                environment: row.environment))
+        } catch {
+            logger.warning("notification's transaction refused; entitlement unchanged", metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
+            return error.rawValue
+        }
+        switch (type, verified.revocationDate) {
+        case ("REFUND", let revocation?):
+            guard row.status == "ACTIVE" else { return "unchanged" }
+            try await store.record(.revoke(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
+                                   interval: configuration.recheckInterval)
+            revokedTotal.increment()
+            logger.notice("entitlement revoked (verified REFUND notification)",
+                          metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
+            return "revoked"
+        case ("REFUND", nil):
+            // Apple's own transaction says it stands: never revoke on the notification's word alone.
+            return "not_revoked"
+        case (_, nil):
+            guard row.status == "REVOKED" else { return "unchanged" }
+            try await store.record(.restore, id: row.id, interval: configuration.recheckInterval)
+            restoredTotal.increment()
+            logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)
+            return "restored"
+        case (_, .some):
+            return "still_revoked"
+        }
+    }
+}

@@ -1,0 +1,186 @@
+import AppStore
+import Foundation
+import Logging
+import Metrics
+import Postgres
+import Testing
+import TestSupport
+
+/// Refunds found in minutes (SPEC §4): Get Notification History paged from a checkpoint in the database, each
+/// notification and its transaction verified, revoke / restore applied only on verified evidence.
+@Suite("App Store notification history", .serialized)
+struct NotificationHistoryTests {
+    typealias R = EntitlementRecheckerTests
+
+    static func historyRig(_ conninfo: String) throws -> R.Rig {
+        try R.rig(conninfo) { configuration in
+            configuration.notificationHistory = true
+            configuration.notificationPollInterval = .seconds(2)
+        }
+    }
+
+    static func refund(_ pki: ApplePKI, _ id: String, revocation: Int64 = 1_770_000_000_000, reason: Int = 1,
+                       environment: String = "Production") throws -> String {
+        try pki.signedNotification(type: "REFUND", transaction: try pki.signedTransaction(
+            ApplePKI.payload(transactionId: id, original: id, environment: environment, revocationDate: revocation, revocationReason: reason)),
+            environment: environment)
+    }
+
+    static func refundQueries(_ fake: FakeAppStore) -> [FakeAppStore.HistoryQuery] { fake.historyQueries.filter { $0.type == "REFUND" } }
+
+    @Test func refundsAcrossTwoPages_revoke_andTheCheckpointSurvivesARestart() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            for n in 0..<25 {
+                let id = "76000000\(String(format: "%02d", n))"
+                try await R.insert(rig.db, id: "n-\(n)", transaction: id)
+                rig.production.record("REFUND", signedPayload: try Self.refund(pki, id, revocation: 1_770_000_000_000 + Int64(n)))
+            }
+            let poller = try #require(rig.rechecker.history)
+            let summary = try await poller.pollOnce()
+            #expect(summary.verdicts == ["revoked": 25])
+            for n in [0, 19, 20, 24] {
+                let row = try await R.row(rig.db, "n-\(n)")
+                #expect(row.status == "REVOKED" && row.revokedAtMillis == 1_770_000_000_000 + Int64(n) && row.reason == "1")
+            }
+            #expect(rig.metrics.value("appstore_notifications_total", labels: ["type": "REFUND", "verdict": "revoked"]) == 25)
+            #expect(rig.metrics.value("entitlements_revoked_total") == 25)
+            let refunds = Self.refundQueries(rig.production)
+            #expect(refunds.count == 2 && refunds[0].paginationToken == nil && refunds[1].paginationToken != nil)
+            #expect(refunds[1].startMillis == refunds[0].startMillis && refunds[1].endMillis == refunds[0].endMillis)
+            // Both types, both environments, each from its own base URL; Apple's 180 / 30 days respected (the fake checks).
+            #expect(Set(rig.production.historyQueries.compactMap(\.type)) == ["REFUND", "REFUND_REVERSED"])
+            #expect(Set(rig.sandbox.historyQueries.compactMap(\.type)) == ["REFUND", "REFUND_REVERSED"])
+            #expect(rig.production.requests.isEmpty)  // no per-transaction lookup was needed
+
+            // A restarted worker starts from the stored checkpoint (the last window's end less the overlap), not from scratch.
+            let restarted = try rig.restarted()
+            defer { restarted.shutdown() }
+            let again = try await #require(restarted.history).pollOnce()
+            #expect(again.verdicts["revoked"] == nil)  // the overlap re-reads nothing new; nothing changes twice
+            let next = Self.refundQueries(rig.production)[2]
+            #expect(next.startMillis == refunds[0].endMillis - 300_000)
+        }
+    }
+
+    @Test func unverifiableNotifications_changeNothing_andAreCounted() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            for n in 1...5 { try await R.insert(rig.db, id: "u-\(n)", transaction: "770000000\(n)") }
+            let revoked = { (id: String) in ApplePKI.payload(transactionId: id, original: id, revocationDate: 1_770_000_000_000, revocationReason: 0) }
+            // 1: the notification is signed by a look-alike chain.
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(
+                type: "REFUND", transaction: try pki.signedTransaction(revoked("7700000001")), chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM))
+            // 2: the notification is for another app.
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(
+                type: "REFUND", transaction: try pki.signedTransaction(revoked("7700000002")), bundle: "com.other.app"))
+            // 3: genuine notification, but the transaction inside is signed by the look-alike chain.
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(
+                type: "REFUND", transaction: try pki.signedTransaction(revoked("7700000003"), chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM)))
+            // 4: genuine, but Apple's transaction is not revoked.
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(
+                type: "REFUND", transaction: try pki.signedTransaction(ApplePKI.payload(transactionId: "7700000004", original: "7700000004"))))
+            // 5: genuine, but the transaction inside is another app's.
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(
+                type: "REFUND", transaction: try pki.signedTransaction(ApplePKI.payload(transactionId: "7700000005", original: "7700000005",
+                                                                                         bundle: "com.other.app", revocationDate: 1_770_000_000_000))))
+            // And one for a purchase this database does not know.
+            rig.production.record("REFUND", signedPayload: try Self.refund(pki, "7799999999"))
+            let summary = try await #require(rig.rechecker.history).pollOnce()
+            #expect(summary.verdicts == ["untrusted_chain": 2, "bundle_id_mismatch": 2, "not_revoked": 1, "no_entitlement": 1])
+            for n in 1...5 {
+                let row = try await R.row(rig.db, "u-\(n)")
+                #expect(row.status == "ACTIVE" && row.revokedAtMillis == nil)
+            }
+            #expect(rig.metrics.value("appstore_notifications_total", labels: ["type": "REFUND", "verdict": "untrusted_chain"]) == 2)
+            #expect(rig.metrics.value("entitlements_revoked_total") == 0)
+        }
+    }
+
+    @Test func refundReversed_restoresOnlyThisWorkersRevocations() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await R.insert(rig.db, id: "ours", transaction: "7800000001", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
+            try await R.insert(rig.db, id: "by-support", transaction: "7800000002", status: "REVOKED")
+            try await R.insert(rig.db, id: "ours-still", transaction: "7800000003", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
+            try await R.insert(rig.db, id: "sandbox-ours", transaction: "7800000004", environment: "Sandbox", status: "REVOKED",
+                               revokedAt: "2026-01-01 00:00:00+00")
+            for id in ["7800000001", "7800000002"] {
+                rig.production.record("REFUND_REVERSED", signedPayload: try pki.signedNotification(
+                    type: "REFUND_REVERSED", transaction: try pki.signedTransaction(ApplePKI.payload(transactionId: id, original: id))))
+            }
+            // Apple's transaction still carries a revocation: nothing is restored.
+            rig.production.record("REFUND_REVERSED", signedPayload: try pki.signedNotification(
+                type: "REFUND_REVERSED", transaction: try pki.signedTransaction(ApplePKI.payload(
+                    transactionId: "7800000003", original: "7800000003", revocationDate: 1_770_000_000_000))))
+            rig.sandbox.record("REFUND_REVERSED", signedPayload: try pki.signedNotification(
+                type: "REFUND_REVERSED", transaction: try pki.signedTransaction(ApplePKI.payload(
+                    transactionId: "7800000004", original: "7800000004", environment: "Sandbox")), environment: "Sandbox"))
+            let summary = try await #require(rig.rechecker.history).pollOnce()
+            #expect(summary.verdicts == ["restored": 2, "unchanged": 1, "still_revoked": 1])
+            let ours = try await R.row(rig.db, "ours")
+            #expect(ours.status == "ACTIVE" && ours.revokedAtMillis == nil && ours.reason == nil)
+            #expect(try await R.row(rig.db, "sandbox-ours").status == "ACTIVE")
+            let support = try await R.row(rig.db, "by-support")
+            #expect(support.status == "REVOKED" && !support.checked)
+            #expect(try await R.row(rig.db, "ours-still").status == "REVOKED")
+            #expect(rig.metrics.value("entitlements_restored_total") == 2)
+        }
+    }
+
+    @Test func windowCutShort_resumesWithItsOwnTokenAfterARestart() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            for n in 0..<25 {
+                let id = "79000000\(String(format: "%02d", n))"
+                try await R.insert(rig.db, id: "w-\(n)", transaction: id)
+                rig.production.record("REFUND", signedPayload: try Self.refund(pki, id))
+            }
+            rig.production.failHistory(with: 500, after: 1)  // page 1 answers, then Apple fails
+            let first = try await #require(rig.rechecker.history).pollOnce()
+            #expect(first.verdicts == ["revoked": 20])
+            rig.production.failHistory(with: nil)
+            let restarted = try rig.restarted()
+            defer { restarted.shutdown() }
+            let second = try await #require(restarted.history).pollOnce()
+            #expect(second.verdicts == ["revoked": 5])
+            let refunds = Self.refundQueries(rig.production)
+            // The resumed call is page 2 of the same window, with the stored token.
+            let resumed = refunds[2]
+            #expect(resumed.paginationToken != nil && resumed.paginationToken == refunds[1].paginationToken)
+            #expect(resumed.startMillis == refunds[0].startMillis && resumed.endMillis == refunds[0].endMillis)
+        }
+    }
+
+    @Test func refundRecordedByApple_isRevokedByTheRunningLoop() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await R.insert(rig.db, id: "live", transaction: "7900000099")
+            // Checked already: the sweep will not look at it for hours; only the history can find the refund.
+            try await rig.db.query(#"UPDATE "CaregiverEntitlement" SET "nextCheckAt" = now() + interval '5 hours', "lastCheckedAt" = now()"#)
+            let loop = Task { await rig.rechecker.run() }
+            defer { loop.cancel() }
+            try await Task.sleep(for: .milliseconds(300))
+            rig.production.record("REFUND", signedPayload: try Self.refund(pki, "7900000099"))
+            var status = "ACTIVE"
+            for _ in 0..<300 where status == "ACTIVE" {
+                status = try await R.row(rig.db, "live").status
+                if status == "ACTIVE" { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(status == "REVOKED")
+            #expect(rig.production.requests.isEmpty)
+            loop.cancel()
+            await loop.value
+        }
+    }
+}
