@@ -10,8 +10,6 @@ import Synchronization
 /// environment's rate with lookups overlapping. Failures back off per row; a 429 pauses the environment. Revokes only
 /// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.
 public final class EntitlementRechecker: Sendable {
-    /// Singleton lock key of the sweep ("medwent1").
-    public static let lockKey: Int64 = 0x6D65_6477_656E_7431
     /// The environments Apple answers for, each with its own base URL, rate and pause.
     public static let environments = ["Production", "Sandbox"]
 
@@ -93,7 +91,7 @@ public final class EntitlementRechecker: Sendable {
     /// One pass: every due row, environment by environment in parallel, until none is due or the task is cancelled
     /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the lock.
     public func runOnce() async throws -> PassSummary {
-        try await store.withSingletonLock(Self.lockKey) { try await self.pass() } ?? PassSummary()
+        try await store.withSingletonLease("entitlements") { try await self.pass() } ?? PassSummary()
     }
 
     private func pass() async throws -> PassSummary {

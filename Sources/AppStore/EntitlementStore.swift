@@ -179,22 +179,42 @@ struct EntitlementStore: Sendable {
                   .optional(checkpoint.paginationToken)])
     }
 
-    /// Runs `body` only while this process holds the named singleton lock; nil when another instance holds it.
-    /// The ONE place the rechecker locks: today a session advisory lock on a dedicated connection.
-    func withSingletonLock<T: Sendable>(_ key: Int64, _ body: () async throws -> T) async throws -> T? {
-        let locked = try await lockConnection.withConnection { connection in
-            try connection.query("SELECT pg_try_advisory_lock($1) AS ok", [.int(key)])[0]["ok"].bool()
-        }
-        guard locked else { return nil }
+    /// Runs `body` only while this process holds the named lease row (SPEC §3 "Connection poolers": a lease
+    /// row, never a session lock a pooler would keep held); nil when another instance holds it. The lease
+    /// is renewed every third of its duration while `body` runs; if it cannot be renewed, `body` is cancelled.
+    func withSingletonLease<T: Sendable>(_ name: String, duration: Duration = .seconds(60),
+                                         _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let lease = SingletonLease(name: name, duration: duration)
+        let database = lockConnection
+        guard try await lease.acquire(on: database) else { return nil }
+        let outcome: Result<T?, any Error>
         do {
-            let value = try await body()
-            _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(key)])
-            return value
+            outcome = .success(try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { try await body() }
+                group.addTask {
+                    while true {
+                        try await Task.sleep(for: duration / 3)
+                        guard try await lease.acquire(on: database) else { throw LeaseLost(name: name) }
+                    }
+                }
+                defer { group.cancelAll() }
+                while let value = try await group.next() {
+                    if let value { return value }
+                }
+                return nil
+            })
         } catch {
-            _ = try? await lockConnection.query("SELECT pg_advisory_unlock($1)", [.int(key)])
-            throw error
+            outcome = .failure(error)
         }
+        try? await lease.release(on: database)
+        return try outcome.get()
     }
+}
+
+/// The singleton lease was taken over (it expired while this instance could not renew it).
+struct LeaseLost: Error, CustomStringConvertible {
+    var name: String
+    var description: String { "lost the \(name) lease" }
 }
 
 extension Duration {

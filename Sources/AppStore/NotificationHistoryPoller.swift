@@ -6,8 +6,6 @@ import Metrics
 /// REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
 /// transaction inside it as a lookup would, and revokes or restores the row. The sweep stays the safety net.
 public final class NotificationHistoryPoller: Sendable {
-    /// Singleton lock key of the poller ("medwnot1").
-    public static let lockKey: Int64 = 0x6D65_6477_6E6F_7431
     /// One query per type (Apple filters on one notificationType at a time).
     public static let types = ["REFUND", "REFUND_REVERSED"]
     /// Each window starts this long before the previous one ended: a notification Apple records late is still seen
@@ -64,7 +62,7 @@ public final class NotificationHistoryPoller: Sendable {
 
     /// Polls every environment and type once; nothing when another instance holds the poller's lock.
     public func pollOnce() async throws -> PollSummary {
-        try await store.withSingletonLock(Self.lockKey) {
+        try await store.withSingletonLease("appstore-notifications") {
             var summary = PollSummary()
             for environment in EntitlementRechecker.environments {
                 for type in Self.types where !Task.isCancelled {

@@ -70,6 +70,32 @@ struct EntitlementRecheckerTests {
                 try row["checked"].bool())
     }
 
+    /// Through PgBouncer in transaction mode: one instance at a time by the `entitlements` lease row, a refund
+    /// still revoked, and no lock left on the pooler's server connections.
+    @Test func throughPgBouncer_oneInstanceAtATime_revokes_andLeavesNoLock() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.rig(try TestDatabase.poolerConninfo(conninfo))
+            defer { rig.stop() }
+            let second = try rig.restarted()
+            defer { second.shutdown() }
+            let pki = ApplePKI.shared
+            try await Self.insert(rig.db, id: "e-refunded", transaction: "1000000001")
+            rig.production.answer("1000000001", .signed(try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "1000000001", original: "1000000001", revocationDate: 1_770_000_123_456, revocationReason: 1))))
+            let direct = try PostgresConnection(conninfo: conninfo)
+            let other = SingletonLease(name: "entitlements", duration: .seconds(60))
+            #expect(try other.acquire(direct))
+            #expect(try await rig.rechecker.runOnce().ranPass == false)
+            #expect(try await second.runOnce().ranPass == false)
+            try other.release(direct)
+            let summary = try await rig.rechecker.runOnce()
+            #expect(summary.ranPass && summary.revoked == 1)
+            #expect(try await Self.row(rig.db, "e-refunded").status == "REVOKED")
+            #expect(try await second.runOnce().ranPass)  // the first let go when its pass ended
+            #expect(try direct.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
+        }
+    }
+
     @Test func refund_revokesWithApplesDateAndReason_andActiveOnesOnlyMoveLastChecked() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try Self.rig(conninfo)
