@@ -72,7 +72,7 @@ public struct SingletonLease: Sendable {
 
     /// The last published state of `name` and its age in seconds, nil when none was published.
     public static func state(of name: String, on connection: PostgresConnection) throws(PostgresError) -> (state: String, ageSeconds: Double)? {
-        guard let row = try connection.query(stateSQL, [.text(name)]).first, let state = try row["state"].optionalString() else { return nil }
+        guard let row = try connection.query(stateSQL, [.text(name)]).first, let state = row["state"].optionalString() else { return nil }
         return (state, row["age"].optionalString().flatMap(Double.init) ?? 0)
     }
 
