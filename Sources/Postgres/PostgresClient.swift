@@ -1,5 +1,7 @@
+import CLibPQ
 import Dispatch
 import Foundation
+import Synchronization
 
 /// A small pool of libpq connections for async callers. Each connection lives on its own
 /// serial `DispatchQueue`, so blocking libpq calls never run on Swift's cooperative pool.
@@ -10,15 +12,33 @@ public final class PostgresClient: Sendable {
     public let conninfo: String
     /// Settings applied to every transaction this client runs (`withTransaction`, and `query` when not empty).
     public let settings: TransactionSettings
+    /// A call that has not returned after this long is ended from our side (its socket shut down),
+    /// nil for no limit. `statement_timeout` is enforced by the server, so a server that stopped
+    /// answering (frozen, storage hung) never enforces it; TCP keepalives do not help either while
+    /// its kernel still acknowledges. This bounds what such a server costs every loop.
+    public let queryDeadline: Duration?
     private let slots: [Slot]
     private let gate: SlotGate
 
     /// Creates the pool; connections open lazily on first use.
-    public init(conninfo: String, maxConnections: Int = 4, settings: TransactionSettings = .none) {
+    public init(conninfo: String, maxConnections: Int = 4, settings: TransactionSettings = .none, queryDeadline: Duration? = nil) {
         self.conninfo = conninfo
         self.settings = settings
-        self.slots = (0..<max(1, maxConnections)).map { Slot(index: $0) }
+        self.queryDeadline = queryDeadline
+        self.slots = (0..<max(1, maxConnections)).map { Slot(index: $0, deadline: queryDeadline) }
         self.gate = SlotGate(count: max(1, maxConnections))
+        scheduleWatch()
+    }
+
+    /// Every quarter of the deadline (at most every second): end calls that have run past it.
+    private func scheduleWatch() {
+        guard let deadline = queryDeadline else { return }
+        let every = min(1.0, max(0.05, Double(deadline.components.seconds) / 4 + Double(deadline.components.attoseconds) / 4e18))
+        DispatchQueue.global().asyncAfter(deadline: .now() + every) { [weak self] in
+            guard let self else { return }
+            for slot in self.slots { slot.abortIfOverdue() }
+            self.scheduleWatch()
+        }
     }
 
     /// Runs `body` with a connection from the pool, on that connection's queue.
@@ -59,27 +79,54 @@ public final class PostgresClient: Sendable {
     }
 }
 
-/// One pooled connection and its queue. Mutable state is touched only on `queue`.
+/// One pooled connection and its queue. `connection` and `failures` are touched only on `queue`;
+/// `watch` (the call in progress, read by the deadline check) is behind its mutex.
 private final class Slot: @unchecked Sendable {
     let queue: DispatchQueue
     private var connection: PostgresConnection?
     private var failures = 0
+    private let deadline: Duration?
+    private struct Watch {
+        var since: ContinuousClock.Instant
+        var socket: Int32
+        var aborted = false
+    }
+    private let watch = Mutex<Watch?>(nil)
 
-    init(index: Int) {
+    init(index: Int, deadline: Duration?) {
         queue = DispatchQueue(label: "postgres.connection.\(index)")
+        self.deadline = deadline
     }
 
     func run<T>(conninfo: String, _ body: (PostgresConnection) throws -> T) throws -> T {
         dispatchPrecondition(condition: .onQueue(queue))
         let active = try connect(conninfo: conninfo)
+        if deadline != nil { watch.withLock { $0 = Watch(since: .now, socket: active.socket) } }
+        defer { if deadline != nil { watch.withLock { $0 = nil } } }
         do {
             return try body(active)
         } catch let error as PostgresError where error.isConnectionError || !active.isHealthy {
             drop()
+            if let deadline, watch.withLock({ $0?.aborted == true }) {
+                throw PostgresError(.connectionLost, message: "no answer from the server within \(deadline); connection closed by the worker",
+                                    statement: error.statement)
+            }
             throw error
         } catch {
             if !active.isHealthy { drop() }
             throw error
+        }
+    }
+
+    /// Shuts down the socket of a call running past the deadline (called from the watch timer): libpq's
+    /// blocked read returns at once, the call fails as a lost connection and the slot reconnects.
+    func abortIfOverdue() {
+        guard let deadline else { return }
+        watch.withLock { current in
+            guard var call = current, !call.aborted, ContinuousClock.now - call.since > deadline else { return }
+            call.aborted = true
+            current = call
+            _ = shutdown(call.socket, Int32(SHUT_RDWR))
         }
     }
 

@@ -55,6 +55,9 @@ public final class PostgresConnection {
     /// True while libpq considers the connection usable.
     public var isHealthy: Bool { PQstatus(raw) == CONNECTION_OK }
 
+    /// The connection's socket descriptor (-1 when none).
+    public var socket: Int32 { PQsocket(raw) }
+
     /// The server process id serving this connection (for tests and diagnostics).
     public var backendPID: Int { Int(PQbackendPID(raw)) }
 

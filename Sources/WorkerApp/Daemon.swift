@@ -51,11 +51,13 @@ struct Supervisor {
         // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
         // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
         // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).
-        let settings = TransactionSettings.worker(statementTimeout: Self.statementTimeout, lockTimeout: Self.lockTimeout,
+        let statementTimeout = configuration.databaseStatementTimeout
+        let settings = TransactionSettings.worker(statementTimeout: statementTimeout, lockTimeout: Self.lockTimeout,
                                                   asynchronousCommit: true)
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6, settings: settings)
+        let deadline = statementTimeout + statementTimeout / 2
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6, settings: settings, queryDeadline: deadline)
         // Retention and the status gauges: short statements, off the pipeline's connections.
-        let maintenance = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 2, settings: settings)
+        let maintenance = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 2, settings: settings, queryDeadline: deadline)
         let liveness = parts.liveness
         liveness.beat("outbox")
         liveness.beat("status")
@@ -130,9 +132,6 @@ struct Supervisor {
         return WorkerApp.ExitStatus.ok
     }
 
-    /// The worker's own statements: long enough for a large batch on a busy server, short enough that a runaway
-    /// statement does not hold a connection (and its locks) for minutes.
-    static let statementTimeout = Duration.seconds(30)
     /// A statement that waits this long behind someone else's lock gives up and is retried later.
     static let lockTimeout = Duration.seconds(5)
 

@@ -18,6 +18,7 @@ public struct Configuration: Sendable {
         public static let deliveryRetention = Duration.seconds(30 * 86_400)
         public static let logLevel = LogLevel.info
         public static let shutdownTimeout = Duration.seconds(10)
+        public static let databaseStatementTimeout = Duration.seconds(30)
         public static let appStoreProductionURL = "https://api.storekit.apple.com"
         public static let appStoreSandboxURL = "https://api.storekit-sandbox.apple.com"
         public static let fcmServiceAccountCredential = "fcm-service-account.json"
@@ -48,6 +49,9 @@ public struct Configuration: Sendable {
     /// A direct connection for LISTEN when `DATABASE_URL` goes through a transaction-mode pooler
     /// (which cannot deliver notifications); nil: LISTEN on `DATABASE_URL`.
     public var databaseListenURL: String? = nil
+    /// `statement_timeout` of the worker's own statements; a call without any answer is ended by the
+    /// worker after 1.5 × this (a server that stopped answering never enforces its own timeout).
+    public var databaseStatementTimeout: Duration = Defaults.databaseStatementTimeout
     public var fcmServiceAccountFile: String
     public var fcmBaseURL: String
     public var tlsCAFile: String?
@@ -73,6 +77,8 @@ public struct Configuration: Sendable {
 
         let databaseURL = try reader.required("DATABASE_URL")
         let databaseListenURL = reader.raw("DATABASE_LISTEN_URL")
+        let statementTimeout = try reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout)
+        guard statementTimeout >= .seconds(1) else { throw ConfigurationError("DATABASE_STATEMENT_TIMEOUT", "must be at least 1s") }
         let serviceAccount = try reader.file("FCM_SERVICE_ACCOUNT_FILE",
                                              default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
         let fcmBaseURL = try reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
@@ -92,7 +98,8 @@ public struct Configuration: Sendable {
         let appStore = try reader.appStore(credentials: credentials)
 
         return Configuration(
-            databaseURL: databaseURL, databaseListenURL: databaseListenURL, fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
+            databaseURL: databaseURL, databaseListenURL: databaseListenURL, databaseStatementTimeout: statementTimeout,
+            fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
             healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
             pollInterval: .milliseconds(pollMS), leaseDuration: .seconds(leaseSeconds), maxAttempts: maxAttempts,
             eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
@@ -105,6 +112,7 @@ public struct Configuration: Sendable {
         var lines: [(String, String)] = [
             ("DATABASE_URL", ValueParsing.redactConninfo(databaseURL)),
             ("DATABASE_LISTEN_URL", databaseListenURL.map(ValueParsing.redactConninfo) ?? "(none: LISTEN on DATABASE_URL)"),
+            ("DATABASE_STATEMENT_TIMEOUT", ValueParsing.format(databaseStatementTimeout)),
             ("FCM_SERVICE_ACCOUNT_FILE", fcmServiceAccountFile),
             ("FCM_BASE_URL", fcmBaseURL),
             ("TLS_CA_FILE", tlsCAFile ?? "(none)"),

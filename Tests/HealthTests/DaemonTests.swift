@@ -222,6 +222,37 @@ struct DaemonTests {
         #expect(rig.terminate() == 0)
     }
 
+    /// A database that freezes after the daemon is ready (SIGSTOP: TCP still acknowledged, nothing answered).
+    /// `statement_timeout` can never fire on such a server; the worker ends its own calls after 1.5 ×
+    /// DATABASE_STATEMENT_TIMEOUT, so /readyz turns 503, /healthz stays 200 and SIGTERM exits 0 in time.
+    @Test func databaseFrozenAfterReady_notReadyInBoundedTime_andSIGTERMExitsZero() async throws {
+        let cluster = try TemporaryCluster()
+        defer { cluster.stop() }
+        try cluster.start()
+        try Self.prepare(cluster.conninfo)
+        let rig = try Rig(databaseURL: cluster.conninfo, extra: ["DATABASE_STATEMENT_TIMEOUT": "2s", "SHUTDOWN_TIMEOUT": "5s"])
+        defer { _ = rig.terminate() }
+        let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
+        #expect(ready.contains("READY=1"))
+        #expect(try await rig.get("/readyz").status == 200)
+
+        cluster.freeze()
+        var status = 200
+        for _ in 0..<150 where status == 200 {
+            status = try await rig.get("/readyz").status
+            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(status == 503)
+        #expect(try await rig.get("/healthz").status == 200)
+        let clock = ContinuousClock()
+        let started = clock.now
+        #expect(rig.terminate() == 0)
+        let took = clock.now - started
+        #expect(took < .seconds(5) + .milliseconds(900), "SIGTERM to exit took \(took)")
+        #expect(rig.log.contains("no answer from the server within"))
+        print("frozen database after ready: SIGTERM to exit \(took) (SHUTDOWN_TIMEOUT 5s)")
+    }
+
     static func prepare(_ conninfo: String) throws {
         let admin = try PostgresConnection(conninfo: conninfo)
         try TestDatabase.createAPITables(admin)

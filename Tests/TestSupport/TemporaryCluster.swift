@@ -31,7 +31,28 @@ public final class TemporaryCluster: @unchecked Sendable {
                           "-k \(directory) -c listen_addresses=127.0.0.1 -c port=\(port) -c fsync=off", "start"])
     }
 
+    /// SIGSTOP to the postmaster and every server process: a database that accepts TCP (the kernel still
+    /// completes handshakes and acknowledges data) and never answers.
+    public func freeze() { signalAll(SIGSTOP) }
+
+    /// SIGCONT: the frozen server carries on.
+    public func thaw() { signalAll(SIGCONT) }
+
+    private func signalAll(_ signal: Int32) {
+        guard let text = try? String(contentsOfFile: "\(directory)/data/postmaster.pid", encoding: .utf8),
+              let postmaster = text.split(separator: "\n").first.flatMap({ Int32($0) }) else { return }
+        var pids = [postmaster]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, Int32(fields[1]) == postmaster { pids.append(pid) }
+        }
+        for pid in pids { kill(pid, signal) }
+    }
+
     public func stop() {
+        thaw()
         try? pg("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"])
         try? FileManager.default.removeItem(atPath: directory)
     }
