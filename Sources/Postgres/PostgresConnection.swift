@@ -68,28 +68,19 @@ public final class PostgresConnection {
         let result: OpaquePointer? = withCStringArray(buffers) { pointers in
             PQexecParams(raw, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
-        guard let result else {
-            throw PostgresError(isHealthy ? .queryFailed : .connectionLost,
-                                message: PostgresConnection.errorText(raw), statement: sql)
-        }
-        defer { PQclear(result) }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
-            return PostgresConnection.copyRows(result)
-        default:
-            let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-            let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
-            let code: PostgresError.Code = isHealthy ? .queryFailed : .connectionLost
-            throw PostgresError(code, message: primary ?? PostgresConnection.errorText(raw),
-                                sqlState: sqlState, statement: sql)
-        }
+        return try rows(of: result, sql: sql)
     }
 
     /// Runs a statement string through the simple query protocol (`PQexec`): several statements
     /// separated by semicolons, no parameters. Only the last statement's rows are returned.
     @discardableResult
     public func execute(_ sql: String) throws(PostgresError) -> PostgresRows {
-        guard let result = PQexec(raw, sql) else {
+        try rows(of: PQexec(raw, sql), sql: sql)
+    }
+
+    /// The rows of a finished statement, or its error (SQLSTATE and primary message, never parameter values); clears the result.
+    private func rows(of result: OpaquePointer?, sql: String) throws(PostgresError) -> PostgresRows {
+        guard let result else {
             throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: PostgresConnection.errorText(raw), statement: sql)
         }
         defer { PQclear(result) }

@@ -68,18 +68,7 @@ struct ConcurrencyTests {
     @Test func twoWorkersInParallel_everyDeliverySentExactlyOnce() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
-            try db.connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, 100) g"#)
-            try db.connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, 100) g"#)
-            try db.connection.query(#"""
-                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
-                SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now() FROM generate_series(1, 100) g, generate_series(1, 2) k
-                """#)
-            try db.connection.query(#"""
-                INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-                SELECT 'DOSE_TAKEN', 'p' || (1 + g % 100), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
-                    'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
-                FROM generate_series(1, 1000) g
-                """#)
+            try db.caredForPatients(100, devicesEach: 2, events: 1000)
             let sender = ScriptedSender()
             let a = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0
             let b = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0

@@ -48,6 +48,26 @@ struct Fixtures {
             """, [.text(eventType), .text(patient), .text(payload)])[0]["id"].int())
     }
 
+    /// `patients` patients, each cared for by one caregiver with `devices` devices, and `events` DOSE_TAKEN events spread over them.
+    func caredForPatients(_ patients: Int, devicesEach devices: Int, events: Int) throws {
+        try connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, $1::int) g"#, [.int(patients)])
+        try connection.query(#"""
+            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status)
+            SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, $1::int) g
+            """#, [.int(patients)])
+        try connection.query(#"""
+            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
+            SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now()
+            FROM generate_series(1, $1::int) g, generate_series(1, $2::int) k
+            """#, [.int(patients), .int(devices)])
+        try connection.query(#"""
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
+            SELECT 'DOSE_TAKEN', 'p' || (1 + g % $1::int), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
+                'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
+            FROM generate_series(1, $2::int) g
+            """#, [.int(patients), .int(events)])
+    }
+
     static func payload(date: String = "2026-02-11", slot: String = "morning", group: String? = "group-1",
                         withinTime: Bool = true, takenAt: String = "2026-02-11T08:03:27+09:00") -> String {
         let groupJSON = group.map { "\"\($0)\"" } ?? "null"

@@ -19,18 +19,7 @@ struct PoolerTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let pooled = try TestDatabase.poolerConninfo(conninfo)
             let db = try Fixtures(conninfo)
-            try db.connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, 50) g"#)
-            try db.connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, 50) g"#)
-            try db.connection.query(#"""
-                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
-                SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now() FROM generate_series(1, 50) g, generate_series(1, 2) k
-                """#)
-            try db.connection.query(#"""
-                INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-                SELECT 'DOSE_TAKEN', 'p' || (1 + g % 50), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
-                    'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
-                FROM generate_series(1, 300) g
-                """#)
+            try db.caredForPatients(50, devicesEach: 2, events: 300)
             // Old history for retention to find.
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "eventKey")
