@@ -4,7 +4,7 @@ import HTTPServer
 extension FCMEmulator {
     /// `POST /v1/projects/{p}/messages:send`: auth, FCM-like validation, then the answer the token's prefix asks for.
     func send(_ request: HTTPServerRequest, project: String) -> HTTPServerResponse {
-        switch lock.withLock({ projectFault }) {
+        switch state.withLock({ $0.projectFault }) {
         case .htmlNotFound?:
             count("project_html_404")
             return HTTPServerResponse(status: 404, headers: ["Content-Type": "text/html; charset=UTF-8"],
@@ -54,20 +54,20 @@ extension FCMEmulator {
 
         let now = Date()
         let collapseId = ((message["apns"] as? [String: Any])?["headers"] as? [String: Any])?["apns-collapse-id"] as? String ?? ""
-        lock.withLock {
-            if let notBefore = retryNotBefore[token], now < notBefore { counters.earlyRetries += 1 }
+        state.withLock { s in
+            if let notBefore = s.retryNotBefore[token], now < notBefore { s.counters.earlyRetries += 1 }
         }
         let window = configuration.unavailableFor
         if window > .zero, now.timeIntervalSince(startedAt) < Double(window.components.seconds) {
             let seconds = Int((configuration.unavailableRetryAfter ?? window).components.seconds)
-            lock.withLock { retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
+            state.withLock { s in s.retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
             count("unavailable_window")
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                     retryAfter: String(seconds))
         }
-        let scripted = lock.withLock { () -> Int? in
-            guard let entry = scriptedFailures[token], entry.count > 0 else { return nil }
-            scriptedFailures[token] = (entry.count - 1, entry.status)
+        let scripted = state.withLock { s -> Int? in
+            guard let entry = s.scriptedFailures[token], entry.count > 0 else { return nil }
+            s.scriptedFailures[token] = (entry.count - 1, entry.status)
             return entry.status
         }
         if let status = scripted {
@@ -114,17 +114,17 @@ extension FCMEmulator {
             count(String(answer.prefix.dropLast()))
             return answer.respond()
         }
-        lock.withLock {
-            if acceptedKeys.insert("\(token)|\(collapseId)").inserted {
-                counters.distinctAccepted += 1
+        state.withLock { s in
+            if s.acceptedKeys.insert("\(token)|\(collapseId)").inserted {
+                s.counters.distinctAccepted += 1
             } else {
-                counters.duplicates += 1
+                s.counters.duplicates += 1
             }
         }
         let id = UInt64.random(in: 1_000_000_000_000...9_999_999_999_999)
         if configuration.recordMessages {
             let item = Received(projectId: project, json: String(decoding: request.body, as: UTF8.self), token: token, receivedAt: Date())
-            lock.withLock { received.append(item) }
+            state.withLock { s in s.received.append(item) }
         }
         count("success")
         return .json(200, Self.serialize(["name": "projects/\(project)/messages/0:\(id)%emulated"]))

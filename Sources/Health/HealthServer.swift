@@ -1,21 +1,21 @@
 import Foundation
 import HTTPServer
 import Metrics
+import Synchronization
 
 /// Readiness checks and liveness, shared between the daemon's loops and the endpoint.
-public final class HealthState: @unchecked Sendable {
-    private let lock = NSLock()
-    private var checks: [String: String] = [:]
+public final class HealthState: Sendable {
+    private let checks = Mutex<[String: String]>([:])
     private let stalled: @Sendable () -> [String]
 
     /// `stalled` names loops that stopped making progress (from the daemon's heartbeats).
     public init(stalled: @escaping @Sendable () -> [String] = { [] }) { self.stalled = stalled }
 
     /// Sets a check to `ok`, `disabled` or `down: reason`.
-    public func set(_ name: String, _ state: String) { lock.withLock { checks[name] = state } }
+    public func set(_ name: String, _ state: String) { checks.withLock { $0[name] = state } }
 
     /// Every check by name, as last set.
-    public var snapshot: [String: String] { lock.withLock { checks } }
+    public var snapshot: [String: String] { checks.withLock { $0 } }
 
     /// Ready when every check is `ok` or `disabled` (and there is at least one).
     public var isReady: Bool {

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// A small pool of libpq connections for async callers. Each connection lives on its own
 /// serial `DispatchQueue`, so blocking libpq calls never run on Swift's cooperative pool.
@@ -59,7 +60,10 @@ public final class PostgresClient: Sendable {
     }
 }
 
-/// One pooled connection and its queue. Mutable state is touched only on `queue`.
+/// One pooled connection and its queue.
+///
+/// `@unchecked Sendable` by a documented invariant: the libpq connection (a C handle) and the
+/// failure count are touched only on `queue` (`run` asserts it; `drop` is dispatched there).
 private final class Slot: @unchecked Sendable {
     let queue: DispatchQueue
     private var connection: PostgresConnection?
@@ -106,35 +110,35 @@ private final class Slot: @unchecked Sendable {
 }
 
 /// Hands out slot indexes; callers beyond the pool size wait in FIFO order.
-private final class SlotGate: @unchecked Sendable {
-    private let lock = NSLock()
-    private var free: [Int]
-    private var waiters: [CheckedContinuation<Int, Never>] = []
+private final class SlotGate: Sendable {
+    private struct State {
+        var free: [Int]
+        var waiters: [CheckedContinuation<Int, Never>] = []
+    }
 
-    init(count: Int) { free = Array((0..<count).reversed()) }
+    private let state: Mutex<State>
+
+    init(count: Int) { state = Mutex(State(free: Array((0..<count).reversed()))) }
 
     func acquire() async -> Int {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            if let index = free.popLast() {
-                lock.unlock()
-                continuation.resume(returning: index)
-            } else {
-                waiters.append(continuation)
-                lock.unlock()
+            let index = state.withLock { state -> Int? in
+                if let index = state.free.popLast() { return index }
+                state.waiters.append(continuation)
+                return nil
             }
+            if let index { continuation.resume(returning: index) }
         }
     }
 
     func release(_ index: Int) {
-        lock.lock()
-        if waiters.isEmpty {
-            free.append(index)
-            lock.unlock()
-        } else {
-            let next = waiters.removeFirst()
-            lock.unlock()
-            next.resume(returning: index)
+        let next = state.withLock { state -> CheckedContinuation<Int, Never>? in
+            guard !state.waiters.isEmpty else {
+                state.free.append(index)
+                return nil
+            }
+            return state.waiters.removeFirst()
         }
+        next?.resume(returning: index)
     }
 }

@@ -1,18 +1,18 @@
 import Foundation
+import Synchronization
 
 /// Keeps one connection LISTENing on a channel from a dedicated thread and calls `onWake`
 /// for each batch of notifications. The connection is health-checked while idle and
 /// re-established after a drop; `onWake` is also called after every (re)connect, since
 /// notifications sent while it was down are lost.
-public final class PostgresListener: @unchecked Sendable {
+public final class PostgresListener: Sendable {
     private let conninfo: String
     private let channel: String
     private let healthCheckInterval: Duration
     private let onWake: @Sendable () -> Void
     private let onError: @Sendable (PostgresError) -> Void
-    private let lock = NSLock()
-    private var stopped = false
-    private var thread: Thread?
+    /// Whether `stop()` was called, and whether the thread was started.
+    private let state = Mutex<(stopped: Bool, started: Bool)>((false, false))
     private let finished = DispatchSemaphore(value: 0)
 
     /// Prepares a listener; call `start()` to begin.
@@ -29,20 +29,20 @@ public final class PostgresListener: @unchecked Sendable {
     public func start() {
         let thread = Thread { [self] in loop(); finished.signal() }
         thread.name = "postgres-listen"
-        lock.withLock { self.thread = thread }
+        state.withLock { $0.started = true }
         thread.start()
     }
 
     /// Stops the thread and waits for it to close its connection.
     public func stop() {
-        let running = lock.withLock { () -> Bool in
-            defer { stopped = true }
-            return !stopped && thread != nil
+        let running = state.withLock { state -> Bool in
+            defer { state.stopped = true }
+            return !state.stopped && state.started
         }
         if running { finished.wait() }
     }
 
-    private var isStopped: Bool { lock.withLock { stopped } }
+    private var isStopped: Bool { state.withLock { $0.stopped } }
 
     private func loop() {
         var failures = 0

@@ -116,9 +116,11 @@ enum AppStoreWiring {
                                                  logger: logger.child(label: "appstore"), metrics: metrics)
         return { stop, _ in
             // A stop cancels the loop: lookups in flight, rate waits and rests end at once.
-            let loop = Task { await rechecker.run() }
-            stop.onRequest { loop.cancel() }
-            await loop.value
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await rechecker.run() }
+                await stop.wait()
+                group.cancelAll()
+            }
             rechecker.shutdown()
         }
     }

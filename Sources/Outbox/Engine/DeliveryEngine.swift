@@ -86,19 +86,32 @@ public final class DeliveryEngine: Sendable {
                               configuration: configuration, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, ledger: ledger, configuration: configuration, logger: logger)
         let finished = WakeSignal()
-        // A stop wakes the claimers at once; the dispatcher checks it before every send.
-        stop.onRequest { wake.wakeAll() }
 
         async let written: Void = completer.run()
         async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
                                                    isStopped: { finished.current > 0 })
-        let claimed = await withTaskGroup(of: Int.self) { loops in
-            for _ in 0..<max(1, configuration.claimers) {
+        let claimers = max(1, configuration.claimers)
+        let claimed = await withTaskGroup(of: Int?.self) { loops in
+            // A stop wakes the claimers at once; the dispatcher checks it before every send.
+            loops.addTask {
+                await stop.wait()
+                if stop.isRequested { wake.wakeAll() }
+                return nil
+            }
+            for _ in 0..<claimers {
                 loops.addTask {
                     await self.claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle, isStopped: { stop.isRequested })
                 }
             }
-            return await loops.reduce(0, +)
+            var total = 0
+            var running = claimers
+            while running > 0, let result = await loops.next() {
+                guard let result else { continue }
+                total += result
+                running -= 1
+            }
+            loops.cancelAll()
+            return total
         }
         // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled (their
         // outcome is unknown: their deliveries keep their lease, FCM may have them).
