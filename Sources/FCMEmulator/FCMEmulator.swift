@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import HTTPServer
 import Synchronization
+import Timekeeping
 
 /// A loopback stand-in for FCM HTTP v1 and Google's OAuth token endpoint, speaking their wire
 /// format: RS256 assertion checks, bearer tokens, FCM-style validation, and every error of
@@ -149,8 +150,7 @@ public final class FCMEmulator: Sendable {
         case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
             if configuration.latency > .zero {
-                Thread.sleep(forTimeInterval: Double(configuration.latency.components.seconds)
-                             + Double(configuration.latency.components.attoseconds) / 1e18)
+                Thread.sleep(forTimeInterval: configuration.latency.asSeconds)
             }
             return send(request, project: project)
         default:

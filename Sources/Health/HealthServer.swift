@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import Lifecycle
 import Metrics
 import Synchronization
 
@@ -28,7 +29,7 @@ public final class HealthState: Sendable {
 }
 
 /// `GET /healthz`, `/readyz`, `/metrics` on HEALTH_ADDR; everything else is 404.
-public final class HealthServer: Sendable {
+public final class HealthServer: Service {
     private let server: HTTPServer
 
     /// Starts listening at once on host:port (port 0 picks a free one).
@@ -40,6 +41,12 @@ public final class HealthServer: Sendable {
 
     /// The bound port (useful with port 0).
     public var port: UInt16 { server.port }
+
+    /// Serves (it listens from `init` on, so a taken address fails at start) until `stop`, then closes.
+    public func run(until stop: StopSignal) async {
+        await stop.wait()
+        self.stop()
+    }
 
     /// Stops the listener; idempotent.
     public func stop() { server.stop() }

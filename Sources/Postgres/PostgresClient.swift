@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Synchronization
+import Timekeeping
 
 /// A small pool of libpq connections for async callers. Each connection lives on its own
 /// serial `DispatchQueue`, so blocking libpq calls never run on Swift's cooperative pool.
@@ -89,13 +90,14 @@ private final class Slot: @unchecked Sendable {
 
     func drop() { connection = nil }
 
+    static let reconnectBackoff = Backoff(base: .milliseconds(50), cap: .seconds(2))
+
     private func connect(conninfo: String) throws(PostgresError) -> PostgresConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
         if failures > 0 {
             // Capped exponential backoff between reconnect attempts: 50 ms, 100 ms, … 2 s.
-            let delay = min(2.0, 0.05 * pow(2.0, Double(min(failures - 1, 10))))
-            Thread.sleep(forTimeInterval: delay)
+            Thread.sleep(forTimeInterval: Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds)
         }
         do {
             let opened = try PostgresConnection(conninfo: conninfo)

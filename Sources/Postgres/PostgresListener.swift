@@ -1,11 +1,13 @@
 import Foundation
+import Lifecycle
 import Synchronization
+import Timekeeping
 
 /// Keeps one connection LISTENing on a channel from a dedicated thread and calls `onWake`
 /// for each batch of notifications. The connection is health-checked while idle and
 /// re-established after a drop; `onWake` is also called after every (re)connect, since
 /// notifications sent while it was down are lost.
-public final class PostgresListener: Sendable {
+public final class PostgresListener: Service {
     private let conninfo: String
     private let channel: String
     private let healthCheckInterval: Duration
@@ -23,6 +25,13 @@ public final class PostgresListener: Sendable {
         self.healthCheckInterval = healthCheckInterval
         self.onWake = onWake
         self.onError = onError
+    }
+
+    /// Listens from start to `stop`; the thread has closed its connection when this returns.
+    public func run(until stop: StopSignal) async {
+        start()
+        await stop.wait()
+        self.stop()
     }
 
     /// Starts the listening thread.
@@ -43,6 +52,9 @@ public final class PostgresListener: Sendable {
     }
 
     private var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// Waits between reconnects: 100 ms, 200 ms, … 5 s.
+    static let reconnectBackoff = Backoff(base: .milliseconds(100), cap: .seconds(5))
 
     private func loop() {
         var failures = 0
@@ -70,7 +82,7 @@ public final class PostgresListener: Sendable {
             } catch {
                 onError(error)
                 failures += 1
-                let delay = min(5.0, 0.1 * pow(2.0, Double(min(failures - 1, 10))))
+                let delay = Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds
                 var waited = 0.0
                 while waited < delay, !isStopped {
                     Thread.sleep(forTimeInterval: 0.05)
