@@ -19,41 +19,43 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // Wrapper modules: the only importers of their C library; they own the handles.
-        .target(name: "Postgres", dependencies: ["CLibPQ"]),
-        .target(name: "HTTP", dependencies: ["CCurl"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "Lifecycle", "Timekeeping"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Timekeeping"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
         .target(name: "Systemd", dependencies: ["CSystemd"]),
 
         // Domain modules: plain, safe Swift.
+        .target(name: "Timekeeping"),
+        .target(name: "Lifecycle"),
         .target(name: "Logging", dependencies: ["Systemd"]),
-        .target(name: "Schema", dependencies: ["Postgres"]),
+        .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
-        .target(name: "WorkerConfig", dependencies: ["Logging"]),
-        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "Logging", "Metrics"]),
-        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "Postgres", "Schema", "Logging", "Metrics"]),
-        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "Logging", "Metrics"]),
-        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging"]),
+        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping"]),
+        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "Logging", "Metrics", "Timekeeping"]),
+        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "Postgres", "Schema", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging", "Lifecycle"]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
-            "FCM", "AppStore", "Outbox", "Health",
+            "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping",
         ]),
         .executableTarget(name: "medication-worker", dependencies: ["WorkerApp"]),
 
         // The loopback FCM + Google OAuth emulator (tests, demo, benchmark).
-        .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto"]),
+        .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto", "Timekeeping"]),
         .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
         // The FCM sender alone, for scripts/bench-sender.
-        .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "HTTP", "Logging", "Metrics"]),
+        .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "HTTP", "Logging", "Metrics", "Timekeeping"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["WorkerConfig", "WorkerApp", "TestSupport"]),
         .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,15 +1,17 @@
 import Foundation
 import HTTP
+import Lifecycle
 import Logging
 import Metrics
 import Postgres
 import Synchronization
+import Timekeeping
 
 /// Re-evaluates entitlements against the App Store Server API (SPEC §4). Each row carries its own schedule in the
 /// database; a pass takes the rows due soonest, per environment, and keeps going while rows are due, at the
 /// environment's rate with lookups overlapping. Failures back off per row; a 429 pauses the environment. Revokes only
 /// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.
-public final class EntitlementRechecker: Sendable {
+public final class EntitlementRechecker: Service {
     /// The environments Apple answers for, each with its own base URL, rate and pause.
     public static let environments = ["Production", "Sandbox"]
 
@@ -48,18 +50,24 @@ public final class EntitlementRechecker: Sendable {
     /// The notification history poller when `notificationHistory` is on.
     public let history: NotificationHistoryPoller?
 
-    public init(configuration: AppStoreConfiguration, conninfo: String, logger: Logger, metrics: MetricsRegistry,
-                now: @escaping @Sendable () -> Date = Date.init) throws(HTTPError) {
+    /// The HTTP client settings a rechecker needs: enough transfers for every lane at full rate with up to two
+    /// seconds of latency, plus the history poller.
+    public static func httpConfiguration(for configuration: AppStoreConfiguration) -> HTTPClientConfiguration {
+        var http = configuration.http
+        http.maxInFlight = max(http.maxInFlight, environments.map { inFlightLimit(rate: configuration.rate($0)) }.reduce(2, +))
+        return http
+    }
+
+    /// `database` (4 connections suffice) runs the row statements, `leaseConnection` (1) the lease
+    /// renewals, so a busy pass never delays a renewal; `http` is sized by `httpConfiguration(for:)`.
+    /// The caller owns all three and closes them after `run` returned.
+    public init(configuration: AppStoreConfiguration, database: PostgresClient, leaseConnection: PostgresClient, http: HTTPClient,
+                logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init) {
         self.configuration = configuration
-        var httpConfiguration = configuration.http
-        // Enough transfers for every lane at full rate with up to two seconds of latency, plus the history poller.
-        httpConfiguration.maxInFlight = max(httpConfiguration.maxInFlight,
-                                            Self.environments.map { Self.inFlightLimit(rate: configuration.rate($0)) }.reduce(2, +))
-        http = try HTTPClient(configuration: httpConfiguration)
+        self.http = http
         client = AppStoreClient(configuration: configuration, http: http, now: now)
         verifier = SignedTransactionVerifier(roots: configuration.roots)
-        store = EntitlementStore(database: PostgresClient(conninfo: conninfo, maxConnections: 4),
-                                 lockConnection: PostgresClient(conninfo: conninfo, maxConnections: 1))
+        store = EntitlementStore(database: database, lockConnection: leaseConnection)
         pacers = Dictionary(uniqueKeysWithValues: Self.environments.map { ($0, RatePacer(rate: configuration.rate($0))) })
         self.logger = logger
         self.metrics = metrics
@@ -270,15 +278,11 @@ public final class EntitlementRechecker: Sendable {
         return max(rest, .milliseconds(100))
     }
 
-    /// Runs passes (and the notification history poller when on) until the task is cancelled: a stop interrupts
-    /// lookups in flight, rate waits and rests at once.
-    public func run() async {
-        await withTaskGroup(of: Void.self) { group in
-            if let history {
-                group.addTask { await history.run() }
-            }
-            group.addTask { await self.sweepLoop() }
-        }
+    /// Runs passes (and the notification history poller when on) until `stop`: a stop cancels lookups in flight,
+    /// rate waits and rests at once (rows claimed and not looked up are given back).
+    public func run(until stop: StopSignal) async throws {
+        let sweeps = CancellingService { await self.sweepLoop() }
+        try await ConcurrentServices(history.map { [sweeps, $0] } ?? [sweeps]).run(until: stop)
     }
 
     private func sweepLoop() async {
@@ -297,7 +301,4 @@ public final class EntitlementRechecker: Sendable {
             try? await Task.sleep(for: rest)
         }
     }
-
-    /// Stops the HTTP client (after `run` returned).
-    public func shutdown() { http.shutdown() }
 }

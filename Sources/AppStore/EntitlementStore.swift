@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Timekeeping
 
 /// The rechecker's SQL: per-row schedule (`"nextCheckAt"`, `"checkFailures"`, `"lastCheckError"`, migration 4),
 /// outcomes, the notification history checkpoint, and the singleton lock.
@@ -215,8 +216,4 @@ struct EntitlementStore: Sendable {
 struct LeaseLost: Error, CustomStringConvertible {
     var name: String
     var description: String { "lost the \(name) lease" }
-}
-
-extension Duration {
-    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -1,11 +1,13 @@
 import Foundation
+import Lifecycle
 import Logging
 import Metrics
+import Timekeeping
 
 /// Finds refunds in minutes: every poll interval, pages through Get Notification History for REFUND and for
 /// REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
 /// transaction inside it as a lookup would, and revokes or restores the row. The sweep stays the safety net.
-public final class NotificationHistoryPoller: Sendable {
+public final class NotificationHistoryPoller: Service {
     /// One query per type (Apple filters on one notificationType at a time).
     public static let types = ["REFUND", "REFUND_REVERSED"]
     /// Each window starts this long before the previous one ended: a notification Apple records late is still seen
@@ -73,8 +75,13 @@ public final class NotificationHistoryPoller: Sendable {
         } ?? PollSummary()
     }
 
-    /// Polls until the task is cancelled, every `notificationPollInterval`.
-    func run() async {
+    /// Polls every `notificationPollInterval` until `stop`, which cancels a poll in progress.
+    public func run(until stop: StopSignal) async {
+        await CancellingService { await self.pollLoop() }.run(until: stop)
+    }
+
+    /// Polls until the task is cancelled.
+    private func pollLoop() async {
         while !Task.isCancelled {
             do {
                 let summary = try await pollOnce()

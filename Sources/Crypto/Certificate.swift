@@ -2,8 +2,9 @@ import COpenSSL
 import Foundation
 
 /// An X.509 certificate (PEM or DER). Owns its `X509`.
-public final class Certificate: @unchecked Sendable {
-    let raw: OpaquePointer
+public final class Certificate: Sendable {
+    private let handle: OpenSSLHandle
+    var raw: OpaquePointer { handle.raw }
 
     /// Parses DER.
     public init(der: [UInt8]) throws(CryptoError) {
@@ -12,7 +13,7 @@ public final class Certificate: @unchecked Sendable {
             return d2i_X509(nil, &cursor, buffer.count)
         }
         guard let parsed else { throw CryptoError.openSSL(.invalidCertificate, "not a DER certificate") }
-        raw = parsed
+        handle = OpenSSLHandle(parsed, free: X509_free)
     }
 
     /// Parses PEM or DER bytes (as certificate files come either way).
@@ -36,7 +37,6 @@ public final class Certificate: @unchecked Sendable {
         try self.init(der: Array(UnsafeBufferPointer(start: der, count: Int(length))))
     }
 
-    deinit { X509_free(raw) }
 
     /// True when the certificate carries an extension with this dotted OID (critical or not).
     public func hasExtension(oid: String) -> Bool {

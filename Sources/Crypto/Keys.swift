@@ -2,8 +2,9 @@ import COpenSSL
 import Foundation
 
 /// A private key (RSA or EC) loaded from PEM (PKCS#8, PKCS#1 or SEC1). Owns its `EVP_PKEY`.
-public final class PrivateKey: @unchecked Sendable {
-    let raw: OpaquePointer
+public final class PrivateKey: Sendable {
+    private let handle: OpenSSLHandle
+    var raw: OpaquePointer { handle.raw }
 
     /// Parses a PEM private key; the error never contains key material.
     public init(pem: String) throws(CryptoError) {
@@ -14,10 +15,8 @@ public final class PrivateKey: @unchecked Sendable {
             return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
         }
         guard let key else { throw CryptoError.openSSL(.invalidKey, "not a PEM private key") }
-        raw = key
+        handle = OpenSSLHandle(key, free: EVP_PKEY_free)
     }
-
-    deinit { EVP_PKEY_free(raw) }
 
     /// True for EC keys (ES256), false for RSA (RS256).
     public var isEC: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_EC }
@@ -52,10 +51,11 @@ public final class PrivateKey: @unchecked Sendable {
 }
 
 /// A public key (RSA or EC). Owns its `EVP_PKEY`.
-public final class PublicKey: @unchecked Sendable {
-    let raw: OpaquePointer
+public final class PublicKey: Sendable {
+    private let handle: OpenSSLHandle
+    var raw: OpaquePointer { handle.raw }
 
-    init(owning raw: OpaquePointer) { self.raw = raw }
+    init(owning raw: OpaquePointer) { handle = OpenSSLHandle(raw, free: EVP_PKEY_free) }
 
     /// Parses a PEM `PUBLIC KEY` or takes the key of a PEM `CERTIFICATE`.
     public init(pem: String) throws(CryptoError) {
@@ -71,7 +71,7 @@ public final class PublicKey: @unchecked Sendable {
             return PEM_read_bio_PUBKEY(bio, nil, nil, nil)
         }
         guard let key else { throw CryptoError.openSSL(.invalidKey, "not a PEM public key or certificate") }
-        raw = key
+        handle = OpenSSLHandle(key, free: EVP_PKEY_free)
     }
 
     /// Parses DER SubjectPublicKeyInfo.
@@ -81,10 +81,8 @@ public final class PublicKey: @unchecked Sendable {
             return d2i_PUBKEY(nil, &cursor, buffer.count)
         }
         guard let key else { throw CryptoError.openSSL(.invalidKey, "not a DER public key") }
-        raw = key
+        handle = OpenSSLHandle(key, free: EVP_PKEY_free)
     }
-
-    deinit { EVP_PKEY_free(raw) }
 
     /// True for EC keys.
     public var isEC: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_EC }

@@ -1,4 +1,5 @@
 import Foundation
+import Timekeeping
 
 /// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.
 public enum FCMResponseClassifier {
@@ -139,13 +140,7 @@ public enum FCMResponseClassifier {
         let clock = parts[4].split(separator: ":")
         guard clock.count == 3, let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
               (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
-        // Days since 1970-01-01 (proleptic Gregorian, Howard Hinnant's days_from_civil).
-        let month = monthIndex + 1
-        let y = month <= 2 ? year - 1 : year
-        let era = y / 400
-        let yoe = y - era * 400
-        let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1
-        let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+        let days = CivilDate.daysSinceEpoch(year: year, month: monthIndex + 1, day: day)
         let date = Date(timeIntervalSince1970: TimeInterval(days * 86_400 + hour * 3600 + minute * 60 + second))
         return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
     }

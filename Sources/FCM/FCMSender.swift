@@ -3,6 +3,7 @@ import HTTP
 import Logging
 import Metrics
 import Synchronization
+import Timekeeping
 
 /// Where and how to send.
 public struct FCMConfiguration: Sendable {
@@ -88,7 +89,7 @@ public final class FCMSender: PushSender {
         let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: FCMMessage.json(for: push))
         let started = ContinuousClock.now
         http.start(request) { [self] result in
-            duration.observe((ContinuousClock.now - started).seconds)
+            duration.observe((ContinuousClock.now - started).asSeconds)
             let response: HTTPResponse
             switch result {
             case .failure(let error):
@@ -143,8 +144,4 @@ public final class FCMSender: PushSender {
 
     /// Stops the HTTP client; in-flight sends fail as transport errors.
     public func shutdown() { http.shutdown() }
-}
-
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import Metrics
 import Synchronization
+import Timekeeping
 
 /// What kind of fault paused sending (the `fcm.fault` log field and the metric label).
 public enum FCMFault: String, Sendable, CaseIterable {
@@ -154,16 +155,14 @@ final class SendGate: Sendable {
                 logger.warning("FCM is failing for every send; sending paused", metadata: metadata)
             }
         }
-        let nanoseconds = delay.components.seconds * 1_000_000_000 + delay.components.attoseconds / 1_000_000_000
-        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [self] in endPause() }
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay.asSeconds) { [self] in endPause() }
         return delay
     }
 
     private func pauseLength(retryAfter: Duration?, pauses: Int) -> Duration {
         if let retryAfter { return min(max(retryAfter, .milliseconds(100)), .seconds(300)) }
-        let base = Duration.milliseconds(500) * (1 << min(pauses, 10))
-        let capped = min(base, maxBackoff)
-        return capped * Double.random(in: 0.5...1.0)
+        // 1 s, 2 s, 4 s … up to `maxBackoff`, jittered.
+        return Backoff(base: .seconds(1), cap: maxBackoff).delay(afterAttempt: pauses)
     }
 
     /// The pause is over: one held send goes out as the probe.

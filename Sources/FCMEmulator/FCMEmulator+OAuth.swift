@@ -44,15 +44,15 @@ extension FCMEmulator {
         }
         let token = "ya29.emulated-" + UUID().uuidString.lowercased()
         let lifetime = configuration.tokenLifetime
-        lock.withLock {
-            issued[token] = Date().addingTimeInterval(TimeInterval(lifetime))
-            counters.tokensIssued += 1
+        state.withLock { s in
+            s.issued[token] = Date().addingTimeInterval(TimeInterval(lifetime))
+            s.counters.tokensIssued += 1
         }
         return .json(200, Self.serialize(["access_token": token, "expires_in": lifetime, "token_type": "Bearer"]))
     }
 
     private func refuse(_ error: String, _ description: String) -> HTTPServerResponse {
-        lock.withLock { counters.assertionsRefused += 1 }
+        state.withLock { s in s.counters.assertionsRefused += 1 }
         return .json(400, Self.serialize(["error": error, "error_description": description]))
     }
 
@@ -60,7 +60,7 @@ extension FCMEmulator {
     func isAuthorized(_ request: HTTPServerRequest) -> Bool {
         guard let header = request.headers["authorization"], header.hasPrefix("Bearer ") else { return false }
         let token = String(header.dropFirst("Bearer ".count))
-        return lock.withLock { issued[token].map { $0 > Date() } ?? false }
+        return state.withLock { s in s.issued[token].map { $0 > Date() } ?? false }
     }
 
     static func parseForm(_ text: String) -> [String: String] {

@@ -4,7 +4,32 @@ import HTTPServer
 extension FCMEmulator {
     /// `POST /v1/projects/{p}/messages:send`: auth, FCM-like validation, then the answer the token's prefix asks for.
     func send(_ request: HTTPServerRequest, project: String) -> HTTPServerResponse {
-        switch lock.withLock({ projectFault }) {
+        if let answer = projectFaultAnswer(project: project) { return answer }
+        guard isAuthorized(request) else {
+            count("unauthenticated")
+            return Self.googleError(401, "UNAUTHENTICATED",
+                                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
+                                    errorCode: nil)
+        }
+        let message: (token: String, collapseId: String)
+        switch validate(request) {
+        case .refused(let answer): return answer
+        case .message(let token, let collapseId): message = (token, collapseId)
+        }
+        if let answer = transientAnswer(token: message.token) { return answer }
+        if let answer = tokenAnswer(token: message.token, project: project) { return answer }
+        return accept(request, token: message.token, collapseId: message.collapseId, project: project)
+    }
+
+    /// What `validate` found: the message's token and collapse id, or the 400 FCM would answer.
+    enum Validated {
+        case message(token: String, collapseId: String)
+        case refused(HTTPServerResponse)
+    }
+
+    /// The answer to every send while a project fault is set.
+    private func projectFaultAnswer(project: String) -> HTTPServerResponse? {
+        switch state.withLock({ $0.projectFault }) {
         case .htmlNotFound?:
             count("project_html_404")
             return HTTPServerResponse(status: 404, headers: ["Content-Type": "text/html; charset=UTF-8"],
@@ -19,55 +44,58 @@ extension FCMEmulator {
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                     retryAfter: String(seconds))
         case nil:
-            break
+            return nil
         }
-        guard isAuthorized(request) else {
-            count("unauthenticated")
-            return Self.googleError(401, "UNAUTHENTICATED",
-                                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
-                                    errorCode: nil)
-        }
+    }
+
+    /// FCM's validation of the body: JSON, a token, string data values, a short apns-collapse-id.
+    private func validate(_ request: HTTPServerRequest) -> Validated {
         guard let root = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
               let message = root["message"] as? [String: Any] else {
             count("bad_request")
-            return Self.badRequest("message", "Invalid JSON payload received.")
+            return .refused(Self.badRequest("message", "Invalid JSON payload received."))
         }
         guard let token = message["token"] as? String, !token.isEmpty else {
             count("bad_request")
-            return Self.badRequest("message.token", "Recipient of the message is not set.")
+            return .refused(Self.badRequest("message.token", "Recipient of the message is not set."))
         }
         if let data = message["data"] {
             guard let fields = data as? [String: Any] else {
                 count("bad_request")
-                return Self.badRequest("message.data", "Invalid value at 'message.data': expected a map of strings")
+                return .refused(Self.badRequest("message.data", "Invalid value at 'message.data': expected a map of strings"))
             }
             for (key, value) in fields where !(value is String) {
                 count("bad_request")
-                return Self.badRequest("message.data[\(key)].value", "Invalid value at 'message.data[\(key)].value' (TYPE_STRING)")
+                return .refused(Self.badRequest("message.data[\(key)].value", "Invalid value at 'message.data[\(key)].value' (TYPE_STRING)"))
             }
         }
         if let apns = message["apns"] as? [String: Any], let headers = apns["headers"] as? [String: Any],
            let collapse = headers["apns-collapse-id"] as? String, collapse.utf8.count > 64 {
             count("bad_request")
-            return Self.badRequest("message.apns.headers", "apns-collapse-id must not exceed 64 bytes")
+            return .refused(Self.badRequest("message.apns.headers", "apns-collapse-id must not exceed 64 bytes"))
         }
 
-        let now = Date()
         let collapseId = ((message["apns"] as? [String: Any])?["headers"] as? [String: Any])?["apns-collapse-id"] as? String ?? ""
-        lock.withLock {
-            if let notBefore = retryNotBefore[token], now < notBefore { counters.earlyRetries += 1 }
+        return .message(token: token, collapseId: collapseId)
+    }
+
+    /// The unavailable window after start and scripted failures; counts retries that came early.
+    private func transientAnswer(token: String) -> HTTPServerResponse? {
+        let now = Date()
+        state.withLock { s in
+            if let notBefore = s.retryNotBefore[token], now < notBefore { s.counters.earlyRetries += 1 }
         }
         let window = configuration.unavailableFor
         if window > .zero, now.timeIntervalSince(startedAt) < Double(window.components.seconds) {
             let seconds = Int((configuration.unavailableRetryAfter ?? window).components.seconds)
-            lock.withLock { retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
+            state.withLock { s in s.retryNotBefore[token] = now.addingTimeInterval(TimeInterval(seconds)) }
             count("unavailable_window")
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                     retryAfter: String(seconds))
         }
-        let scripted = lock.withLock { () -> Int? in
-            guard let entry = scriptedFailures[token], entry.count > 0 else { return nil }
-            scriptedFailures[token] = (entry.count - 1, entry.status)
+        let scripted = state.withLock { s -> Int? in
+            guard let entry = s.scriptedFailures[token], entry.count > 0 else { return nil }
+            s.scriptedFailures[token] = (entry.count - 1, entry.status)
             return entry.status
         }
         if let status = scripted {
@@ -79,6 +107,11 @@ extension FCMEmulator {
             }
         }
 
+        return nil
+    }
+
+    /// The answer a device token's prefix selects (after the latency a `slow{ms}-` token asks for).
+    private func tokenAnswer(token: String, project: String) -> HTTPServerResponse? {
         // "slow{ms}-…": a device FCM answers late (each request has its own connection thread here).
         if token.hasPrefix("slow"), let dash = token.firstIndex(of: "-"),
            let milliseconds = Int(token[token.index(token.startIndex, offsetBy: 4)..<dash]) {
@@ -114,17 +147,22 @@ extension FCMEmulator {
             count(String(answer.prefix.dropLast()))
             return answer.respond()
         }
-        lock.withLock {
-            if acceptedKeys.insert("\(token)|\(collapseId)").inserted {
-                counters.distinctAccepted += 1
+        return nil
+    }
+
+    /// A message FCM accepts: counted (duplicates by token and collapse id), recorded, answered 200.
+    private func accept(_ request: HTTPServerRequest, token: String, collapseId: String, project: String) -> HTTPServerResponse {
+        state.withLock { s in
+            if s.acceptedKeys.insert("\(token)|\(collapseId)").inserted {
+                s.counters.distinctAccepted += 1
             } else {
-                counters.duplicates += 1
+                s.counters.duplicates += 1
             }
         }
         let id = UInt64.random(in: 1_000_000_000_000...9_999_999_999_999)
         if configuration.recordMessages {
             let item = Received(projectId: project, json: String(decoding: request.body, as: UTF8.self), token: token, receivedAt: Date())
-            lock.withLock { received.append(item) }
+            state.withLock { s in s.received.append(item) }
         }
         count("success")
         return .json(200, Self.serialize(["name": "projects/\(project)/messages/0:\(id)%emulated"]))

@@ -1,12 +1,14 @@
 import Crypto
 import Foundation
 import HTTPServer
+import Synchronization
+import Timekeeping
 
 /// A loopback stand-in for FCM HTTP v1 and Google's OAuth token endpoint, speaking their wire
 /// format: RS256 assertion checks, bearer tokens, FCM-style validation, and every error of
 /// SPEC §3's table selected by the device token's prefix. Written independently of the FCM
 /// module (its own JSON handling), so tests of the client prove something.
-public final class FCMEmulator: @unchecked Sendable {
+public final class FCMEmulator: Sendable {
     /// Emulator settings.
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
@@ -59,15 +61,21 @@ public final class FCMEmulator: @unchecked Sendable {
 
     let configuration: Configuration
     let publicKey: PublicKey
-    let lock = NSLock()
-    private var server: HTTPServer!
-    var issued: [String: Date] = [:]
-    var received: [Received] = []
-    var counters = Stats()
-    var scriptedFailures: [String: (count: Int, status: Int)] = [:]
-    var acceptedKeys: Set<String> = []
-    var retryNotBefore: [String: Date] = [:]
-    var projectFault: ProjectFault?
+    /// What the emulator has issued, received and been told to fail, behind one lock.
+    struct State {
+        var issued: [String: Date] = [:]
+        var received: [Received] = []
+        var counters = Stats()
+        var scriptedFailures: [String: (count: Int, status: Int)] = [:]
+        var acceptedKeys: Set<String> = []
+        var retryNotBefore: [String: Date] = [:]
+        var projectFault: ProjectFault?
+    }
+
+    let state = Mutex(State())
+    /// Set once in `init` (the handler needs `self` first).
+    private let serverSlot = Mutex<HTTPServer?>(nil)
+    private var server: HTTPServer { serverSlot.withLock { $0! } }
     let startedAt = Date()
 
     /// A fault of the whole project or of the path to FCM, answered to every send while set.
@@ -81,18 +89,19 @@ public final class FCMEmulator: @unchecked Sendable {
     }
 
     /// Starts (or with nil, ends) answering every send with a project-wide fault.
-    public func setProjectFault(_ fault: ProjectFault?) { lock.withLock { projectFault = fault } }
+    public func setProjectFault(_ fault: ProjectFault?) { state.withLock { s in s.projectFault = fault } }
 
     /// Starts serving at once.
     public init(configuration: Configuration) throws {
         self.configuration = configuration
         publicKey = try PublicKey(pem: configuration.assertionPublicKeyPEM)
-        server = try HTTPServer(host: configuration.host, port: configuration.port, tls: configuration.tls) { [unowned self] request in
+        let server = try HTTPServer(host: configuration.host, port: configuration.port, tls: configuration.tls) { [unowned self] request in
             self.handle(request)
         }
+        serverSlot.withLock { $0 = server }
     }
 
-    deinit { server?.stop() }
+    deinit { serverSlot.withLock { $0?.stop() } }
 
     /// `https://127.0.0.1:PORT` (the FCM_BASE_URL to configure).
     public var baseURL: String { "\(configuration.tls == nil ? "http" : "https")://\(configuration.host):\(server.port)" }
@@ -101,21 +110,21 @@ public final class FCMEmulator: @unchecked Sendable {
     public var port: UInt16 { server.port }
 
     /// Every accepted message, in arrival order.
-    public var receivedMessages: [Received] { lock.withLock { received } }
+    public var receivedMessages: [Received] { state.withLock { s in s.received } }
 
     public var stats: Stats {
-        var snapshot = lock.withLock { counters }
+        var snapshot = state.withLock { s in s.counters }
         snapshot.connections = server.connectionsAccepted
         return snapshot
     }
 
     /// Makes the next `count` sends to `token` fail with `status` (429, 500 or 503), then succeed.
     public func failNext(token: String, count: Int, status: Int = 503) {
-        lock.withLock { scriptedFailures[token] = (count, status) }
+        state.withLock { s in s.scriptedFailures[token] = (count, status) }
     }
 
     /// Revokes every issued access token (the next send with one gets 401 UNAUTHENTICATED).
-    public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
+    public func revokeAccessTokens() { state.withLock { s in s.issued.removeAll() } }
 
     public func stop() { server.stop() }
 
@@ -141,8 +150,7 @@ public final class FCMEmulator: @unchecked Sendable {
         case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
             if configuration.latency > .zero {
-                Thread.sleep(forTimeInterval: Double(configuration.latency.components.seconds)
-                             + Double(configuration.latency.components.attoseconds) / 1e18)
+                Thread.sleep(forTimeInterval: configuration.latency.asSeconds)
             }
             return send(request, project: project)
         default:
@@ -155,5 +163,5 @@ public final class FCMEmulator: @unchecked Sendable {
         return String(decoding: data, as: UTF8.self)
     }
 
-    func count(_ outcome: String) { lock.withLock { counters.sendsByOutcome[outcome, default: 0] += 1 } }
+    func count(_ outcome: String) { state.withLock { s in s.counters.sendsByOutcome[outcome, default: 0] += 1 } }
 }

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Timekeeping
 
 /// One easy handle, reused request after request (libcurl keeps options across transfers). It
 /// owns the handle, its header list and the request and response buffers; they live as long as
@@ -230,6 +231,6 @@ private func curlWriteHeader(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int
 extension Duration {
     /// Whole milliseconds, at least 1.
     var milliseconds: Int {
-        max(1, Int(components.seconds) * 1000 + Int(components.attoseconds / 1_000_000_000_000_000))
+        max(1, Int(wholeMilliseconds))
     }
 }

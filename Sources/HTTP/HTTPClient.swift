@@ -154,6 +154,9 @@ public final class HTTPClient: Sendable {
     }
 
     /// The driver thread's side: everything here runs on that one thread.
+    ///
+    /// `@unchecked Sendable` by a documented invariant: it holds libcurl easy handles, which are not
+    /// thread-safe, and is created, used and released on the driver thread only.
     private final class Driver: @unchecked Sendable {
         let client: HTTPClient
         var running: [UInt64: CurlTransfer] = [:]
@@ -275,6 +278,7 @@ public final class HTTPClient: Sendable {
 }
 
 /// The multi handle's pointer, shared by callers (only `curl_multi_wakeup`, which libcurl allows from any thread) and the driver.
+/// `@unchecked Sendable` because it is a C handle whose only cross-thread use is that documented call.
 private struct MultiHandle: @unchecked Sendable {
     let raw: UnsafeMutableRawPointer
 }

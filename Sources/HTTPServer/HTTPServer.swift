@@ -3,6 +3,10 @@ import Foundation
 
 /// An HTTP/1.1 server over libmicrohttpd (the only importer of it): thread per connection,
 /// optional TLS. Used by the health endpoint, the FCM emulator and the test fakes.
+///
+/// `@unchecked Sendable` because it owns a C handle: the `MHD_Daemon` pointer and the counters
+/// beside it are read and written only under `lock`; libmicrohttpd's own threads reach `self`
+/// through an unretained context pointer that lives as long as the daemon.
 public final class HTTPServer: @unchecked Sendable {
     /// The handler runs on libmicrohttpd's threads and may block (it has its own thread).
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse

@@ -1,21 +1,22 @@
 import Foundation
 import HTTPServer
+import Lifecycle
 import Metrics
+import Synchronization
 
 /// Readiness checks and liveness, shared between the daemon's loops and the endpoint.
-public final class HealthState: @unchecked Sendable {
-    private let lock = NSLock()
-    private var checks: [String: String] = [:]
+public final class HealthState: Sendable {
+    private let checks = Mutex<[String: String]>([:])
     private let stalled: @Sendable () -> [String]
 
     /// `stalled` names loops that stopped making progress (from the daemon's heartbeats).
     public init(stalled: @escaping @Sendable () -> [String] = { [] }) { self.stalled = stalled }
 
     /// Sets a check to `ok`, `disabled` or `down: reason`.
-    public func set(_ name: String, _ state: String) { lock.withLock { checks[name] = state } }
+    public func set(_ name: String, _ state: String) { checks.withLock { $0[name] = state } }
 
     /// Every check by name, as last set.
-    public var snapshot: [String: String] { lock.withLock { checks } }
+    public var snapshot: [String: String] { checks.withLock { $0 } }
 
     /// Ready when every check is `ok` or `disabled` (and there is at least one).
     public var isReady: Bool {
@@ -28,7 +29,7 @@ public final class HealthState: @unchecked Sendable {
 }
 
 /// `GET /healthz`, `/readyz`, `/metrics` on HEALTH_ADDR; everything else is 404.
-public final class HealthServer: Sendable {
+public final class HealthServer: Service {
     private let server: HTTPServer
 
     /// Starts listening at once on host:port (port 0 picks a free one).
@@ -40,6 +41,12 @@ public final class HealthServer: Sendable {
 
     /// The bound port (useful with port 0).
     public var port: UInt16 { server.port }
+
+    /// Serves (it listens from `init` on, so a taken address fails at start) until `stop`, then closes.
+    public func run(until stop: StopSignal) async {
+        await stop.wait()
+        self.stop()
+    }
 
     /// Stops the listener; idempotent.
     public func stop() { server.stop() }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One `key=value` line per entry on stderr, for terminals and non-journal supervisors.
 public struct TextSink: LogSink {
@@ -43,14 +44,13 @@ public struct TextSink: LogSink {
 }
 
 /// Keeps entries in memory; tests read them back.
-public final class MemorySink: LogSink, @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: [LogEntry] = []
+public final class MemorySink: LogSink, Sendable {
+    private let stored = Mutex<[LogEntry]>([])
 
     public init() {}
 
-    public func write(_ entry: LogEntry) { lock.withLock { stored.append(entry) } }
+    public func write(_ entry: LogEntry) { stored.withLock { $0.append(entry) } }
 
     /// Every entry written so far.
-    public var entries: [LogEntry] { lock.withLock { stored } }
+    public var entries: [LogEntry] { stored.withLock { $0 } }
 }

@@ -1,12 +1,24 @@
 import Foundation
+import Synchronization
 
 /// A process-wide set of Prometheus metrics, rendered in text format 0.0.4.
 /// Thread-safe; components receive the registry and create their series up front.
-public final class MetricsRegistry: @unchecked Sendable {
-    private let lock = NSLock()
-    private var families: [String: Family] = [:]
-    private var order: [String] = []
-    private var collectors: [@Sendable () -> Void] = []
+public final class MetricsRegistry: Sendable {
+    private struct State {
+        var families: [String: Family] = [:]
+        var order: [String] = []
+        var collectors: [@Sendable () -> Void] = []
+
+        mutating func family(_ name: String, help: String, type: String) -> Family {
+            if let existing = families[name] { return existing }
+            let created = Family(name: name, help: help, type: type)
+            families[name] = created
+            order.append(name)
+            return created
+        }
+    }
+
+    private let state = Mutex(State())
 
     public init() {}
 
@@ -41,8 +53,8 @@ public final class MetricsRegistry: @unchecked Sendable {
     /// A histogram series with the given upper bounds (seconds for durations).
     public func histogram(_ name: String, help: String, labels: [String: String] = [:],
                           buckets: [Double] = Histogram.defaultBuckets) -> Histogram {
-        lock.withLock {
-            let family = family(name, help: help, type: "histogram")
+        state.withLock { state in
+            let family = state.family(name, help: help, type: "histogram")
             let key = Self.labelString(labels)
             if case .histogram(let existing)? = family.series[key] { return existing }
             let histogram = Histogram(labels: labels, buckets: buckets)
@@ -54,25 +66,25 @@ public final class MetricsRegistry: @unchecked Sendable {
 
     /// Registers a closure run before each render (to refresh gauges read from elsewhere).
     public func onCollect(_ collect: @escaping @Sendable () -> Void) {
-        lock.withLock { collectors.append(collect) }
+        state.withLock { $0.collectors.append(collect) }
     }
 
     /// The current value of a counter or gauge series, for tests and status lines.
     public func value(_ name: String, labels: [String: String] = [:]) -> Double? {
-        lock.withLock {
-            guard case .value(let cell)? = families[name]?.series[Self.labelString(labels)] else { return nil }
+        state.withLock { state in
+            guard case .value(let cell)? = state.families[name]?.series[Self.labelString(labels)] else { return nil }
             return cell.get()
         }
     }
 
     /// Renders every family in Prometheus text exposition format 0.0.4.
     public func render() -> String {
-        let hooks = lock.withLock { collectors }
+        let hooks = state.withLock { $0.collectors }
         for hook in hooks { hook() }
-        return lock.withLock {
+        return state.withLock { state in
             var out = ""
-            for name in order {
-                guard let family = families[name] else { continue }
+            for name in state.order {
+                guard let family = state.families[name] else { continue }
                 out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.type)\n"
                 for key in family.seriesOrder {
                     switch family.series[key] {
@@ -90,8 +102,8 @@ public final class MetricsRegistry: @unchecked Sendable {
     }
 
     private func cell(_ name: String, help: String, type: String, labels: [String: String]) -> Cell {
-        lock.withLock {
-            let family = family(name, help: help, type: type)
+        state.withLock { state in
+            let family = state.family(name, help: help, type: type)
             let key = Self.labelString(labels)
             if case .value(let existing)? = family.series[key] { return existing }
             let cell = Cell()
@@ -99,14 +111,6 @@ public final class MetricsRegistry: @unchecked Sendable {
             family.seriesOrder.append(key)
             return cell
         }
-    }
-
-    private func family(_ name: String, help: String, type: String) -> Family {
-        if let existing = families[name] { return existing }
-        let created = Family(name: name, help: help, type: type)
-        families[name] = created
-        order.append(name)
-        return created
     }
 
     static func labelString(_ labels: [String: String]) -> String {
@@ -129,12 +133,11 @@ public final class MetricsRegistry: @unchecked Sendable {
 }
 
 /// A thread-safe double cell shared by counters and gauges.
-final class Cell: @unchecked Sendable {
-    private let lock = NSLock()
-    private var current = 0.0
-    func add(_ delta: Double) { lock.withLock { current += delta } }
-    func set(_ value: Double) { lock.withLock { current = value } }
-    func get() -> Double { lock.withLock { current } }
+final class Cell: Sendable {
+    private let current = Mutex(0.0)
+    func add(_ delta: Double) { current.withLock { $0 += delta } }
+    func set(_ value: Double) { current.withLock { $0 = value } }
+    func get() -> Double { current.withLock { $0 } }
 }
 
 /// A counter series.
@@ -152,33 +155,38 @@ public struct Gauge: Sendable {
 }
 
 /// A cumulative histogram series.
-public final class Histogram: @unchecked Sendable {
+public final class Histogram: Sendable {
     /// Latency buckets from 1 ms to 10 s.
     public static let defaultBuckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
-    private let lock = NSLock()
+    private struct State {
+        var counts: [UInt64]
+        var sum = 0.0
+        var total: UInt64 = 0
+    }
+
     private let labels: [String: String]
     private let bounds: [Double]
-    private var counts: [UInt64]
-    private var sum = 0.0
-    private var total: UInt64 = 0
+    private let state: Mutex<State>
 
     init(labels: [String: String], buckets: [Double]) {
         self.labels = labels
         self.bounds = buckets.sorted()
-        self.counts = Array(repeating: 0, count: buckets.count)
+        self.state = Mutex(State(counts: Array(repeating: 0, count: buckets.count)))
     }
 
     /// Records one observation.
     public func observe(_ value: Double) {
-        lock.withLock {
-            if let index = bounds.firstIndex(where: { value <= $0 }) { counts[index] += 1 }
-            sum += value
-            total += 1
+        let index = bounds.firstIndex(where: { value <= $0 })
+        state.withLock { state in
+            if let index { state.counts[index] += 1 }
+            state.sum += value
+            state.total += 1
         }
     }
 
     func render(name: String) -> String {
-        lock.withLock {
+        let (counts, sum, total) = state.withLock { ($0.counts, $0.sum, $0.total) }
+        do {
             var out = ""
             var cumulative: UInt64 = 0
             for (index, bound) in bounds.enumerated() {

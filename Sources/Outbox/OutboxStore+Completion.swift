@@ -1,6 +1,7 @@
 import FCM
 import Foundation
 import Postgres
+import Timekeeping
 
 extension OutboxStore {
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began.

@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Timekeeping
 
 /// Every SQL statement of the delivery pipeline. Each method is one short transaction; no
 /// transaction stays open while HTTP requests are in flight.

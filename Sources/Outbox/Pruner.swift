@@ -1,12 +1,14 @@
 import Foundation
+import Lifecycle
 import Logging
 import Metrics
 import Postgres
+import Timekeeping
 
 /// Deletes finished history in small batches so the tables stay small for years (SPEC §3 Retention).
 /// One instance at a time: a pass runs only while this instance holds the `retention` lease row
 /// (renewed before every batch), never a session lock a transaction pooler would keep held.
-public final class Pruner: Sendable {
+public final class Pruner: Service {
 
     /// Retention settings.
     public struct Configuration: Sendable {
@@ -95,15 +97,15 @@ public final class Pruner: Sendable {
         return summary
     }
 
-    /// Runs passes every `passInterval` until `stop` is requested.
-    public func run(stop: StopSignal, wake: WakeSignal) async {
+    /// Runs passes every `passInterval` until `stop` is requested, then gives the lease up.
+    public func run(until stop: StopSignal) async {
         while !stop.isRequested {
             do {
                 _ = try await runOnce { stop.isRequested }
             } catch {
                 logger.warning("retention pass failed", metadata: ["error": "\(error)"])
             }
-            await wake.wait(after: wake.current, timeout: configuration.passInterval)
+            await stop.sleep(for: configuration.passInterval)
         }
         try? await lease.release(on: client)
     }

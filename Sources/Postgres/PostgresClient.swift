@@ -2,6 +2,7 @@ import CLibPQ
 import Dispatch
 import Foundation
 import Synchronization
+import Timekeeping
 
 /// A small pool of libpq connections for async callers. Each connection lives on its own
 /// serial `DispatchQueue`, so blocking libpq calls never run on Swift's cooperative pool.
@@ -79,8 +80,11 @@ public final class PostgresClient: Sendable {
     }
 }
 
-/// One pooled connection and its queue. `connection` and `failures` are touched only on `queue`;
-/// `watch` (the call in progress, read by the deadline check) is behind its mutex.
+/// One pooled connection and its queue.
+///
+/// `@unchecked Sendable` by a documented invariant: the libpq connection (a C handle) and the
+/// failure count are touched only on `queue` (`run` asserts it; `drop` is dispatched there);
+/// `watch` (the call in progress, read by the deadline timer) is behind its mutex.
 private final class Slot: @unchecked Sendable {
     let queue: DispatchQueue
     private var connection: PostgresConnection?
@@ -132,13 +136,14 @@ private final class Slot: @unchecked Sendable {
 
     func drop() { connection = nil }
 
+    static let reconnectBackoff = Backoff(base: .milliseconds(50), cap: .seconds(2))
+
     private func connect(conninfo: String) throws(PostgresError) -> PostgresConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
         if failures > 0 {
             // Capped exponential backoff between reconnect attempts: 50 ms, 100 ms, … 2 s.
-            let delay = min(2.0, 0.05 * pow(2.0, Double(min(failures - 1, 10))))
-            Thread.sleep(forTimeInterval: delay)
+            Thread.sleep(forTimeInterval: Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds)
         }
         do {
             let opened = try PostgresConnection(conninfo: conninfo)
@@ -153,35 +158,35 @@ private final class Slot: @unchecked Sendable {
 }
 
 /// Hands out slot indexes; callers beyond the pool size wait in FIFO order.
-private final class SlotGate: @unchecked Sendable {
-    private let lock = NSLock()
-    private var free: [Int]
-    private var waiters: [CheckedContinuation<Int, Never>] = []
+private final class SlotGate: Sendable {
+    private struct State {
+        var free: [Int]
+        var waiters: [CheckedContinuation<Int, Never>] = []
+    }
 
-    init(count: Int) { free = Array((0..<count).reversed()) }
+    private let state: Mutex<State>
+
+    init(count: Int) { state = Mutex(State(free: Array((0..<count).reversed()))) }
 
     func acquire() async -> Int {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            if let index = free.popLast() {
-                lock.unlock()
-                continuation.resume(returning: index)
-            } else {
-                waiters.append(continuation)
-                lock.unlock()
+            let index = state.withLock { state -> Int? in
+                if let index = state.free.popLast() { return index }
+                state.waiters.append(continuation)
+                return nil
             }
+            if let index { continuation.resume(returning: index) }
         }
     }
 
     func release(_ index: Int) {
-        lock.lock()
-        if waiters.isEmpty {
-            free.append(index)
-            lock.unlock()
-        } else {
-            let next = waiters.removeFirst()
-            lock.unlock()
-            next.resume(returning: index)
+        let next = state.withLock { state -> CheckedContinuation<Int, Never>? in
+            guard !state.waiters.isEmpty else {
+                state.free.append(index)
+                return nil
+            }
+            return state.waiters.removeFirst()
         }
+        next?.resume(returning: index)
     }
 }

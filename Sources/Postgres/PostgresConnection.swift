@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Timekeeping
 
 /// One libpq connection. Not thread-safe: `PostgresClient` confines each connection to a
 /// serial queue, and `PostgresListener` to its own thread. Calls block; never make them on
@@ -130,7 +131,7 @@ public final class PostgresConnection {
         let socket = PQsocket(raw)
         guard socket >= 0 else { throw PostgresError(.connectionLost, message: "connection has no socket") }
         var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
-        let millis = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let millis = Int32(clamping: timeout.wholeMilliseconds)
         let ready = poll(&descriptor, 1, millis)
         if ready < 0, errno != EINTR {
             throw PostgresError(.connectionLost, message: "poll failed: \(String(cString: strerror(errno)))")

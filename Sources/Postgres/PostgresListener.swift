@@ -1,18 +1,20 @@
 import Foundation
+import Lifecycle
+import Synchronization
+import Timekeeping
 
 /// Keeps one connection LISTENing on a channel from a dedicated thread and calls `onWake`
 /// for each batch of notifications. The connection is health-checked while idle and
 /// re-established after a drop; `onWake` is also called after every (re)connect, since
 /// notifications sent while it was down are lost.
-public final class PostgresListener: @unchecked Sendable {
+public final class PostgresListener: Service {
     private let conninfo: String
     private let channel: String
     private let healthCheckInterval: Duration
     private let onWake: @Sendable () -> Void
     private let onError: @Sendable (PostgresError) -> Void
-    private let lock = NSLock()
-    private var stopped = false
-    private var thread: Thread?
+    /// Whether `stop()` was called, and whether the thread was started.
+    private let state = Mutex<(stopped: Bool, started: Bool)>((false, false))
     private let finished = DispatchSemaphore(value: 0)
 
     /// Prepares a listener; call `start()` to begin.
@@ -25,24 +27,34 @@ public final class PostgresListener: @unchecked Sendable {
         self.onError = onError
     }
 
+    /// Listens from start to `stop`; the thread has closed its connection when this returns.
+    public func run(until stop: StopSignal) async {
+        start()
+        await stop.wait()
+        self.stop()
+    }
+
     /// Starts the listening thread.
     public func start() {
         let thread = Thread { [self] in loop(); finished.signal() }
         thread.name = "postgres-listen"
-        lock.withLock { self.thread = thread }
+        state.withLock { $0.started = true }
         thread.start()
     }
 
     /// Stops the thread and waits for it to close its connection.
     public func stop() {
-        let running = lock.withLock { () -> Bool in
-            defer { stopped = true }
-            return !stopped && thread != nil
+        let running = state.withLock { state -> Bool in
+            defer { state.stopped = true }
+            return !state.stopped && state.started
         }
         if running { finished.wait() }
     }
 
-    private var isStopped: Bool { lock.withLock { stopped } }
+    private var isStopped: Bool { state.withLock { $0.stopped } }
+
+    /// Waits between reconnects: 100 ms, 200 ms, … 5 s.
+    static let reconnectBackoff = Backoff(base: .milliseconds(100), cap: .seconds(5))
 
     private func loop() {
         var failures = 0
@@ -70,7 +82,7 @@ public final class PostgresListener: @unchecked Sendable {
             } catch {
                 onError(error)
                 failures += 1
-                let delay = min(5.0, 0.1 * pow(2.0, Double(min(failures - 1, 10))))
+                let delay = Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds
                 var waited = 0.0
                 while waited < delay, !isStopped {
                     Thread.sleep(forTimeInterval: 0.05)

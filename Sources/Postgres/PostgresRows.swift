@@ -1,4 +1,5 @@
 import Foundation
+import Timekeeping
 
 /// The rows of one statement's result, copied out of the `PGresult` (which is freed at once).
 public struct PostgresRows: Sendable, Sequence {
@@ -130,19 +131,8 @@ public struct PostgresCell: Sendable {
         if index + 3 < bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let minutes = number(index + 4, 2) {
             offset += minutes * 60
         }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilDate.daysSinceEpoch(year: year, month: month, day: day)
         let epoch = Double(days * 86_400 + hour * 3600 + minute * 60 + second - sign * offset) + fraction
         return Date(timeIntervalSince1970: epoch)
-    }
-
-    /// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
     }
 }

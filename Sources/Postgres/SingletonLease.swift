@@ -1,4 +1,5 @@
 import Foundation
+import Timekeeping
 
 /// A named lease row: how a loop runs on one instance at a time (retention, entitlement checks,
 /// migrations, the status gauges) without session state.
@@ -85,13 +86,5 @@ public struct SingletonLease: Sendable {
     public func release(on client: PostgresClient) async throws {
         let lease = self
         try await client.withConnection { try lease.release($0) }
-    }
-}
-
-extension Duration {
-    /// The duration in seconds as a `Double` (module-internal; Outbox has the public one).
-    var asSeconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

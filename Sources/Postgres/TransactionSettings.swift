@@ -1,4 +1,5 @@
 import Foundation
+import Timekeeping
 
 /// Run-time parameters for one transaction, sent as `set_config(name, value, true)` in the same
 /// round trip as its `BEGIN`. They end with the transaction, so nothing is left on a server
@@ -44,14 +45,5 @@ public struct TransactionSettings: Sendable, Equatable {
 
     public static func == (lhs: TransactionSettings, rhs: TransactionSettings) -> Bool {
         lhs.values.map(\.name) == rhs.values.map(\.name) && lhs.values.map(\.value) == rhs.values.map(\.value)
-    }
-}
-
-extension Duration {
-    /// Whole milliseconds, rounded down (at least 1 for a positive duration).
-    var wholeMilliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        let millis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
-        return millis == 0 && self > .zero ? 1 : millis
     }
 }

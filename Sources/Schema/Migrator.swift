@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Timekeeping
 
 /// Applies `Migrations.all` to a database: idempotent, online, and safe when several instances
 /// run it at once.
@@ -164,8 +165,4 @@ public struct Migrator: Sendable {
             return try rows.first?["present"].bool() != true
         }
     }
-}
-
-extension Duration {
-    fileprivate var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

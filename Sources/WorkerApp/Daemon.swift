@@ -1,11 +1,13 @@
 import FCM
 import Foundation
+import Lifecycle
 import Logging
 import Metrics
 import Outbox
 import Postgres
 import Schema
 import Synchronization
+import Timekeeping
 import WorkerConfig
 
 /// `medication-worker run`: wires configuration, database, FCM, health and the loops, and
@@ -35,101 +37,97 @@ enum Daemon {
     }
 }
 
-/// Runs the loops until SIGTERM/SIGINT, then stops them within SHUTDOWN_TIMEOUT.
+/// Runs the services until SIGTERM/SIGINT, then stops them within SHUTDOWN_TIMEOUT.
 struct Supervisor {
     let configuration: Configuration
     let parts: DaemonParts
     let logger: Logger
 
     func run() async -> Int32 {
-        let stop = StopSignal()
-        // Two signals: `work` wakes one claimer per NOTIFY; `wake` paces the other loops and both wake on stop.
-        let work = WakeSignal()
-        let wake = WakeSignal()
-        // Two claimers, the completer and the lease heartbeat; each holds a connection only for one statement or transaction.
-        // Every transaction carries its settings (pooler-safe: nothing is set on the session), among them
-        // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
-        // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
-        // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).
-        let statementTimeout = configuration.databaseStatementTimeout
-        let settings = TransactionSettings.worker(statementTimeout: statementTimeout, lockTimeout: Self.lockTimeout,
-                                                  asynchronousCommit: true)
-        let deadline = statementTimeout + statementTimeout / 2
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6, settings: settings, queryDeadline: deadline)
-        // Retention and the status gauges: short statements, off the pipeline's connections.
-        let maintenance = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 2, settings: settings, queryDeadline: deadline)
-        let liveness = parts.liveness
-        liveness.beat("outbox")
-        liveness.beat("status")
-        let signals = SignalWatcher { name in
-            logger.notice("stopping", metadata: ["signal": name])
-            parts.notify("STOPPING=1")
-            // Leave a margin inside SHUTDOWN_TIMEOUT to write results and release leases.
-            stop.request(grace: configuration.shutdownTimeout * 0.7)
-            work.wakeAll()
-            wake.wakeAll()
-            Self.exitAtDeadline(configuration.shutdownTimeout * 0.95, logger: logger)
-        }
-        defer { withExtendedLifetime(signals) {} }
-
+        let runner = makeRunner()
+        let pools = DaemonPools(configuration: configuration)
+        parts.liveness.beat("outbox")
+        parts.liveness.beat("status")
         // READY=1 only once the database answers with the current schema.
-        guard await waitForDatabase(database, stop: stop) else {
+        guard await waitForDatabase(pools.pipeline, stop: runner.shutdown) else {
             logger.notice("stopped before the database became available")
             return WorkerApp.ExitStatus.ok
         }
-
-        // LISTEN needs a session of its own: a transaction pooler cannot deliver notifications, so an operator
-        // behind one sets DATABASE_LISTEN_URL to a direct connection. Without it the poll still delivers everything.
-        let listenMode = configuration.databaseListenURL == nil ? "DATABASE_URL" : "DATABASE_LISTEN_URL"
-        let listener = PostgresListener(conninfo: configuration.databaseListenURL ?? configuration.databaseURL,
-                                        channel: Migrations.notifyChannel,
-                                        onWake: { work.wake() },
-                                        onError: { error in logger.warning("LISTEN connection lost; reconnecting",
-                                                                           metadata: ["error": "\(error)", "listen.via": "\(listenMode)"]) })
-        listener.start()
-        defer { listener.stop() }
-
-        var workerConfiguration = DeliveryEngineConfiguration()
-        workerConfiguration.batchSize = configuration.batchSize
-        workerConfiguration.maxInFlight = configuration.maxInFlight
-        workerConfiguration.pollInterval = configuration.pollInterval
-        workerConfiguration.lease = configuration.leaseDuration
-        workerConfiguration.maxAttempts = configuration.maxAttempts
-        workerConfiguration.eventMaxAge = configuration.eventMaxAge
-        let worker = DeliveryEngine(client: database, sender: parts.sender, configuration: workerConfiguration,
-                                  logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: work, stop: stop,
-                                  onProgress: { liveness.beat("outbox") })
-        let pruner = Pruner(client: maintenance,
-                            configuration: .init(outboxRetention: configuration.outboxRetention,
-                                                 deliveryRetention: configuration.deliveryRetention),
-                            logger: logger.child(label: "retention"), metrics: parts.metrics)
-        let gauges = QueueGauges(client: maintenance, metrics: parts.metrics)
-
+        let services = makeServices(pools: pools)
         parts.notify("READY=1")
         logger.notice("medication-worker ready", metadata: [
             "version": WorkerApp.version, "health.addr": "\(configuration.healthHost):\(configuration.healthPort)",
-            "app_store": configuration.appStore == nil ? "disabled" : "enabled",
+            "app_store": parts.appStore == nil ? "disabled" : "enabled",
             "listen.via": "\(listenMode)",
             "listen.note": configuration.databaseListenURL == nil
                 ? "notifications need a direct connection; behind a transaction pooler set DATABASE_LISTEN_URL (the poll delivers meanwhile)"
                 : "direct connection for notifications",
         ])
-
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await worker.run() }
-            group.addTask { await pruner.run(stop: stop, wake: wake) }
-            group.addTask { await parts.runExtraLoops(stop: stop, wake: wake) }
-            group.addTask { await parts.runWatchdog(stop: stop, wake: wake, logger: logger) }
-            group.addTask {
-                await Self.refreshStatus(gauges: gauges, parts: parts, stop: stop, wake: wake, logger: logger)
-            }
-            await group.waitForAll()
-        }
-        await gauges.release()
+        await runner.run(services)
         parts.sender.shutdown()
-        parts.healthServer.stop()
+        await parts.appStore?.close()
+        await pools.close()
         logger.notice("medication-worker stopped")
         return WorkerApp.ExitStatus.ok
+    }
+
+    /// SIGTERM/SIGINT: log, tell systemd, arm the last resort, and give the services 70% of
+    /// SHUTDOWN_TIMEOUT (a margin inside it to write results and release leases).
+    private func makeRunner() -> ServiceRunner {
+        let logger = logger
+        let parts = parts
+        let timeout = configuration.shutdownTimeout
+        return ServiceRunner(grace: timeout * 0.7, onSignal: { name in
+            logger.notice("stopping", metadata: ["signal": name])
+            parts.notify("STOPPING=1")
+            Self.exitAtDeadline(timeout * 0.95, logger: logger)
+        }, onFailure: { service, error in
+            logger.error("service failed; stopping", metadata: ["service": "\(type(of: service))", "error": "\(error)"])
+        })
+    }
+
+    /// The daemon as a list, in start order; the runner stops it from the bottom up.
+    private func makeServices(pools: DaemonPools) -> [any Service] {
+        // `work` wakes one claimer per NOTIFY (and on settled events); the engine wakes all on stop.
+        let work = WakeSignal()
+        let liveness = parts.liveness
+        var engineConfiguration = DeliveryEngineConfiguration()
+        engineConfiguration.batchSize = configuration.batchSize
+        engineConfiguration.maxInFlight = configuration.maxInFlight
+        engineConfiguration.pollInterval = configuration.pollInterval
+        engineConfiguration.lease = configuration.leaseDuration
+        engineConfiguration.maxAttempts = configuration.maxAttempts
+        engineConfiguration.eventMaxAge = configuration.eventMaxAge
+        let loops: [(any Service)?] = [
+            DeliveryEngine(client: pools.pipeline, sender: parts.sender, configuration: engineConfiguration,
+                           logger: logger.child(label: "outbox"), metrics: parts.metrics, wake: work,
+                           onProgress: { liveness.beat("outbox") }),
+            Pruner(client: pools.maintenance,
+                   configuration: .init(outboxRetention: configuration.outboxRetention, deliveryRetention: configuration.deliveryRetention),
+                   logger: logger.child(label: "retention"), metrics: parts.metrics),
+            StatusRefresher(gauges: QueueGauges(client: pools.maintenance, metrics: parts.metrics), parts: parts, logger: logger),
+            Watchdog(parts: parts, logger: logger),
+            parts.appStore?.rechecker,
+        ]
+        return [
+            listener(waking: work),  // stopped last: it only wakes the claimers
+            parts.healthServer,      // /healthz, /readyz, /metrics answer until the loops are done
+            ConcurrentServices(loops.compactMap { $0 }),  // one stop, one deadline for every loop
+        ]
+    }
+
+    private var listenMode: String { configuration.databaseListenURL == nil ? "DATABASE_URL" : "DATABASE_LISTEN_URL" }
+
+    /// LISTEN needs a session of its own: a transaction pooler cannot deliver notifications, so an operator
+    /// behind one sets DATABASE_LISTEN_URL to a direct connection. Without it the poll still delivers everything.
+    private func listener(waking work: WakeSignal) -> PostgresListener {
+        let logger = logger
+        let listenMode = listenMode
+        return PostgresListener(conninfo: configuration.databaseListenURL ?? configuration.databaseURL,
+                                channel: Migrations.notifyChannel,
+                                onWake: { work.wake() },
+                                onError: { error in logger.warning("LISTEN connection lost; reconnecting",
+                                                                   metadata: ["error": "\(error)", "listen.via": "\(listenMode)"]) })
     }
 
     /// A statement that waits this long behind someone else's lock gives up and is retried later.
@@ -140,7 +138,7 @@ struct Supervisor {
     /// log what happens and exit 0 so systemd never has to SIGKILL. Leases of unfinished work expire and
     /// another instance takes it over.
     static func exitAtDeadline(_ deadline: Duration, logger: Logger) {
-        let seconds = Double(deadline.components.seconds) + Double(deadline.components.attoseconds) / 1e18
+        let seconds = deadline.asSeconds
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
             logger.error("shutdown deadline passed with work still blocked (database not answering?); exiting",
                          metadata: ["shutdown.deadline_seconds": "\(seconds)"])
@@ -190,26 +188,5 @@ struct Supervisor {
             try? await Task.sleep(for: .seconds(1))
         }
         return false
-    }
-
-    /// Every few seconds: queue gauges, readiness of the database, and the systemd STATUS= line.
-    static func refreshStatus(gauges: QueueGauges, parts: DaemonParts, stop: StopSignal, wake: WakeSignal, logger: Logger) async {
-        var failures = 0
-        while !stop.isRequested {
-            do {
-                let status = try await gauges.refresh()
-                parts.setCheck("database", "ok")
-                failures = 0
-                let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
-                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events["PENDING"] ?? 0), dead \(status.events["DEAD"] ?? 0)")
-            } catch {
-                failures += 1
-                parts.setCheck("database", "down: \(error)")
-                parts.notify("STATUS=database unavailable: retrying")
-                if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
-            }
-            parts.liveness.beat("status")
-            await wake.wait(after: wake.current, timeout: .seconds(5))
-        }
     }
 }

@@ -7,11 +7,12 @@ import Health
 import Logging
 import Metrics
 import Outbox
+import Postgres
 import Systemd
 import WorkerConfig
 
 /// The daemon's collaborators built from configuration before anything runs: metrics, the
-/// push sender, health state and endpoint, the systemd notifier, optional extra loops.
+/// push sender, health state and endpoint, the systemd notifier, the App Store re-checks when configured.
 final class DaemonParts: Sendable {
     let metrics: MetricsRegistry
     let sender: FCMSender
@@ -19,17 +20,17 @@ final class DaemonParts: Sendable {
     let health: HealthState
     let healthServer: HealthServer
     let notifier: SystemdNotifier
-    let extraLoops: @Sendable (StopSignal, WakeSignal) async -> Void
+    let appStore: AppStoreParts?
 
     private init(metrics: MetricsRegistry, sender: FCMSender, liveness: Liveness, health: HealthState, healthServer: HealthServer,
-                 notifier: SystemdNotifier, extraLoops: @escaping @Sendable (StopSignal, WakeSignal) async -> Void) {
+                 notifier: SystemdNotifier, appStore: AppStoreParts?) {
         self.metrics = metrics
         self.sender = sender
         self.liveness = liveness
         self.health = health
         self.healthServer = healthServer
         self.notifier = notifier
-        self.extraLoops = extraLoops
+        self.appStore = appStore
     }
 
     /// The log sink: journald when stderr is the journal, else key=value text.
@@ -70,7 +71,7 @@ final class DaemonParts: Sendable {
             logger.notice("App Store configuration absent: entitlement re-checks are off")
         }
         return DaemonParts(metrics: metrics, sender: sender, liveness: liveness, health: health, healthServer: healthServer,
-                           notifier: SystemdNotifier(), extraLoops: { stop, wake in await appStore?(stop, wake) })
+                           notifier: SystemdNotifier(), appStore: appStore)
     }
 
     /// Sends a systemd notification (READY=1, STATUS=…, STOPPING=1); no-op outside systemd.
@@ -78,26 +79,6 @@ final class DaemonParts: Sendable {
 
     /// Updates a readiness check (`database`, `fcm_credentials`, `app_store`).
     func setCheck(_ name: String, _ state: String) { health.set(name, state) }
-
-    /// Loops beyond the pipeline (entitlement re-checks); returns when `stop` is requested.
-    func runExtraLoops(stop: StopSignal, wake: WakeSignal) async { await extraLoops(stop, wake) }
-
-    /// Pings the systemd watchdog at half its interval while every loop makes progress.
-    func runWatchdog(stop: StopSignal, wake: WakeSignal, logger: Logger) async {
-        guard let interval = notifier.watchdogInterval else { return }
-        var warned = false
-        while !stop.isRequested {
-            let stalled = liveness.stalled()
-            if stalled.isEmpty {
-                notify("WATCHDOG=1")
-                warned = false
-            } else if !warned {
-                logger.critical("loops stalled; withholding watchdog pings", metadata: ["stalled": stalled.joined(separator: ",")])
-                warned = true
-            }
-            await wake.wait(after: wake.current, timeout: interval / 2)
-        }
-    }
 }
 
 /// A runtime start failure (exit 1), e.g. the health address is in use.
@@ -106,21 +87,32 @@ struct DaemonStartError: Error, CustomStringConvertible {
     var description: String { message }
 }
 
-/// Builds the entitlement loop when App Store settings are present.
+/// The entitlement re-checks and what they use: two pools of their own (row statements, lease
+/// renewals) and an HTTP client; the daemon closes them after the service stopped.
+struct AppStoreParts: Sendable {
+    let rechecker: EntitlementRechecker
+    let http: HTTPClient
+    let database: PostgresClient
+    let leaseConnection: PostgresClient
+
+    func close() async {
+        http.shutdown()
+        await database.close()
+        await leaseConnection.close()
+    }
+}
+
+/// Builds the entitlement re-checks when App Store settings are present.
 enum AppStoreWiring {
-    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry) throws
-        -> (@Sendable (StopSignal, WakeSignal) async -> Void)? {
+    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry) throws -> AppStoreParts? {
         guard let settings = configuration.appStore else { return nil }
         let appStore = try load(settings, configuration: configuration)
-        let rechecker = try EntitlementRechecker(configuration: appStore, conninfo: configuration.databaseURL,
-                                                 logger: logger.child(label: "appstore"), metrics: metrics)
-        return { stop, _ in
-            // A stop cancels the loop: lookups in flight, rate waits and rests end at once.
-            let loop = Task { await rechecker.run() }
-            stop.onRequest { loop.cancel() }
-            await loop.value
-            rechecker.shutdown()
-        }
+        let http = try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: appStore))
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 4)
+        let leaseConnection = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1)
+        let rechecker = EntitlementRechecker(configuration: appStore, database: database, leaseConnection: leaseConnection, http: http,
+                                             logger: logger.child(label: "appstore"), metrics: metrics)
+        return AppStoreParts(rechecker: rechecker, http: http, database: database, leaseConnection: leaseConnection)
     }
 
     /// Reads the key and root certificates; problems name the setting (exit 78).

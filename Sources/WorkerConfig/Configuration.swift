@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Timekeeping
 
 /// Every setting of SPEC §5, read and validated once at start.
 public struct Configuration: Sendable {
@@ -119,7 +120,7 @@ public struct Configuration: Sendable {
             ("HEALTH_ADDR", healthHost.contains(":") ? "[\(healthHost)]:\(healthPort)" : "\(healthHost):\(healthPort)"),
             ("BATCH_SIZE", String(batchSize)),
             ("MAX_IN_FLIGHT", String(maxInFlight)),
-            ("POLL_INTERVAL_MS", String(pollInterval.components.seconds * 1000 + pollInterval.components.attoseconds / 1_000_000_000_000_000)),
+            ("POLL_INTERVAL_MS", String(pollInterval.wholeMilliseconds)),
             ("LEASE_SECONDS", String(leaseDuration.components.seconds)),
             ("MAX_ATTEMPTS", String(maxAttempts)),
             ("EVENT_MAX_AGE", ValueParsing.format(eventMaxAge)),

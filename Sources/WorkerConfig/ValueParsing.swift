@@ -1,4 +1,5 @@
 import Foundation
+import Timekeeping
 
 /// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.
 public enum ValueParsing {
@@ -55,7 +56,7 @@ public enum ValueParsing {
 
     /// Renders a duration the way the settings are written (`24h`, `90s`, `250ms`).
     public static func format(_ duration: Duration) -> String {
-        let millis = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        let millis = duration.wholeMilliseconds
         if millis % 1000 != 0 { return "\(millis)ms" }
         let seconds = millis / 1000
         if seconds != 0, seconds % 86_400 == 0 { return "\(seconds / 86_400)d" }

@@ -4,6 +4,7 @@ import HTTP
 import Logging
 import Metrics
 import Synchronization
+import Timekeeping
 
 // fcm-sender-bench: the FCM sender alone, N sends at a given in-flight bound, against whatever
 // FCM_BASE_URL points at (scripts/bench-sender points it at nginx over HTTP/2).
@@ -72,7 +73,7 @@ await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>)
 }
 let elapsed = ContinuousClock.now - started
 let cpu = cpuSeconds() - cpuBefore
-let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+let seconds = elapsed.asSeconds
 let sent = pump.state.withLock { $0.sent }
 print(String(format: "in-flight %d: %d/%d sent in %.2f s = %.0f sends/s, %.1f us CPU per send, %d connection(s) opened incl. the token endpoint",
              inFlight, sent, count, seconds, Double(sent) / seconds, cpu * 1e6 / Double(max(sent, 1)), sender.http.connectionsOpened))

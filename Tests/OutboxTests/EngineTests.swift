@@ -2,7 +2,8 @@ import FCM
 import Foundation
 import Logging
 import Metrics
-@testable import Outbox
+@testable import Lifecycle
+import Outbox
 import Postgres
 import Synchronization
 import Testing
@@ -83,8 +84,8 @@ struct EngineTests {
             configuration.maxInFlight = 2
             configuration.highWaterFactor = 10
             let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: slow, configuration: configuration,
-                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init(), stop: stop)
-            let running = Task { await engine.run() }
+                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init())
+            let running = Task { await engine.run(until: stop) }
             var iterator = started.stream.makeAsyncIterator()
             await iterator.next()
             await iterator.next()
@@ -124,8 +125,8 @@ struct EngineTests {
             let hung = GatedSender { _ in started.continuation.yield() }
             let stop = StopSignal()
             let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: hung, configuration: .init(),
-                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init(), stop: stop)
-            let running = Task { await engine.run() }
+                                        logger: .init(label: "t", sink: MemorySink()), metrics: .init())
+            let running = Task { await engine.run(until: stop) }
             var iterator = started.stream.makeAsyncIterator()
             await iterator.next()
             stop.request(grace: .milliseconds(100))

@@ -3,11 +3,13 @@ import FCMEmulator
 import Foundation
 import Logging
 import Metrics
-@testable import Outbox
+@testable import Lifecycle
+import Outbox
 import Postgres
 import Synchronization
 import Testing
 import TestSupport
+import Timekeeping
 
 @Suite("Delivery engine under project-wide FCM faults (emulator)")
 struct FCMFaultTests {
@@ -28,7 +30,7 @@ struct FCMFaultTests {
         configuration.pollInterval = .milliseconds(100)
         configuration.backoff = Backoff(base: .milliseconds(200), cap: .seconds(1))
         return DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: sender, configuration: configuration,
-                              logger: Logger(label: "outbox", sink: MemorySink()), metrics: MetricsRegistry(), stop: stop)
+                              logger: Logger(label: "outbox", sink: MemorySink()), metrics: MetricsRegistry())
     }
 
     /// A misrouted FCM_BASE_URL (a proxy's HTML 404) or a project without the FCM role (403): nothing is disabled,
@@ -44,7 +46,7 @@ struct FCMFaultTests {
                 emulator.setProjectFault(fault)
                 let stop = StopSignal()
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
-                let running = Task { await engine.run() }
+                let running = Task { await engine.run(until: stop) }
 
                 #expect(try await Self.eventually(30) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } })
                 #expect(try await Self.eventually(30) {
@@ -85,7 +87,7 @@ struct FCMFaultTests {
                 emulator.setProjectFault(.unavailable(retryAfterSeconds: 1))
                 let stop = StopSignal()
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
-                let running = Task { await engine.run() }
+                let running = Task { await engine.run(until: stop) }
                 // The outage, as seen by FCM: 4 s from the first request it refused.
                 #expect(try await Self.eventually(30) { (emulator.stats.sendsByOutcome["project_unavailable"] ?? 0) > 0 })
                 try await Task.sleep(for: .seconds(4))

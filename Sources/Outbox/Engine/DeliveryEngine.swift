@@ -1,8 +1,10 @@
 import FCM
 import Foundation
+import Lifecycle
 import Logging
 import Metrics
 import Postgres
+import Timekeeping
 
 /// Settings of the delivery engine (SPEC §3, §5).
 public struct DeliveryEngineConfiguration: Sendable {
@@ -32,37 +34,35 @@ public struct DeliveryEngineConfiguration: Sendable {
 /// the claimer claims as capacity frees up, each delivery is sent as soon as a slot is free and
 /// frees it when answered, the completer writes outcomes in batches and settles each event when
 /// its last delivery is answered, and the heartbeat keeps leases alive while work is in progress.
-public final class DeliveryEngine: Sendable {
+public final class DeliveryEngine: Service {
     let store: OutboxStore
     let sender: any PushSender
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
     let wake: WakeSignal
-    let stop: StopSignal
     let metrics: PipelineMetrics
     let onProgress: @Sendable () -> Void
 
     public init(client: PostgresClient, sender: any PushSender, configuration: DeliveryEngineConfiguration, logger: Logger,
-                metrics: MetricsRegistry, wake: WakeSignal = WakeSignal(), stop: StopSignal = StopSignal(),
+                metrics: MetricsRegistry, wake: WakeSignal = WakeSignal(),
                 onProgress: @escaping @Sendable () -> Void = {}) {
         self.store = OutboxStore(client: client)
         self.sender = sender
         self.configuration = configuration
         self.logger = logger
         self.wake = wake
-        self.stop = stop
         self.metrics = PipelineMetrics(metrics)
         self.onProgress = onProgress
     }
 
-    /// Runs until a stop is requested; then sends nothing new, awaits the sends in flight (until the
+    /// Runs until `stop` is requested; then sends nothing new, awaits the sends in flight (until the
     /// stop's deadline), records their outcomes and releases what was never sent.
-    public func run() async {
+    public func run(until stop: StopSignal) async {
         logger.info("delivery engine started", metadata: [
             "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
             "fcm.max_in_flight": "\(configuration.maxInFlight)",
         ])
-        _ = await runStages(untilIdle: false)
+        _ = await runStages(untilIdle: false, stop: stop)
         logger.info("delivery engine stopped")
     }
 
@@ -70,14 +70,13 @@ public final class DeliveryEngine: Sendable {
     /// Returns the number of events claimed.
     @discardableResult
     public func drain() async throws -> Int {
-        await runStages(untilIdle: true)
+        await runStages(untilIdle: true, stop: StopSignal())
     }
 
-    private func runStages(untilIdle: Bool) async -> Int {
+    private func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
         let ledger = EventLedger()
         let queue = SendQueue(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
         let wake = self.wake
-        let stop = self.stop
         let completer = Completer(store: store, ledger: ledger, configuration: configuration, metrics: metrics,
                                   logger: logger, onSettled: { wake.wake() })
         let dispatcher = Dispatcher(queue: queue, ledger: ledger, completer: completer, sender: sender, stop: stop,
@@ -86,19 +85,32 @@ public final class DeliveryEngine: Sendable {
                               configuration: configuration, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, ledger: ledger, configuration: configuration, logger: logger)
         let finished = WakeSignal()
-        // A stop wakes the claimers at once; the dispatcher checks it before every send.
-        stop.onRequest { wake.wakeAll() }
 
         async let written: Void = completer.run()
         async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
                                                    isStopped: { finished.current > 0 })
-        let claimed = await withTaskGroup(of: Int.self) { loops in
-            for _ in 0..<max(1, configuration.claimers) {
+        let claimers = max(1, configuration.claimers)
+        let claimed = await withTaskGroup(of: Int?.self) { loops in
+            // A stop wakes the claimers at once; the dispatcher checks it before every send.
+            loops.addTask {
+                await stop.wait()
+                if stop.isRequested { wake.wakeAll() }
+                return nil
+            }
+            for _ in 0..<claimers {
                 loops.addTask {
                     await self.claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle, isStopped: { stop.isRequested })
                 }
             }
-            return await loops.reduce(0, +)
+            var total = 0
+            var running = claimers
+            while running > 0, let result = await loops.next() {
+                guard let result else { continue }
+                total += result
+                running -= 1
+            }
+            loops.cancelAll()
+            return total
         }
         // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled (their
         // outcome is unknown: their deliveries keep their lease, FCM may have them).
@@ -121,6 +133,9 @@ public final class DeliveryEngine: Sendable {
         await heartbeats
         return claimed
     }
+
+    /// Waits after consecutive failed claims: 200 ms, 400 ms, … 5 s.
+    static let claimBackoff = Backoff(base: .milliseconds(200), cap: .seconds(5))
 
     /// Claims whenever there is room, woken by NOTIFY, freed capacity, settled events and the poll.
     private func claimLoop(_ claimer: Claimer, queue: SendQueue, ledger: EventLedger, untilIdle: Bool,
@@ -147,7 +162,7 @@ public final class DeliveryEngine: Sendable {
             } catch {
                 failures += 1
                 // Database down or failing over: keep polling, slower, without crashing.
-                let delay = min(Duration.seconds(5), Duration.milliseconds(100) * (1 << min(failures, 6)))
+                let delay = Self.claimBackoff.delay(afterAttempt: failures, jitter: 1)
                 if failures == 1 || failures % 20 == 0 {
                     logger.warning("claim failed; retrying", metadata: ["error": "\(error)"])
                 }

@@ -1,4 +1,5 @@
 import FCM
+import Lifecycle
 import Synchronization
 
 /// Starts each queued send as soon as a slot is free; each frees its slot when answered and

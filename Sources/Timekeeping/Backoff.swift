@@ -1,4 +1,5 @@
-/// Capped exponential backoff with per-message jitter.
+/// Capped exponential backoff with jitter: the one backoff of the worker (retries of events,
+/// reconnects, claim failures, FCM pauses).
 public struct Backoff: Sendable {
     public var base: Duration
     public var cap: Duration
@@ -21,9 +22,4 @@ public struct Backoff: Sendable {
         for _ in 0..<Int(value) { result *= 2 }
         return result
     }
-}
-
-extension Duration {
-    /// Fractional seconds.
-    public var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

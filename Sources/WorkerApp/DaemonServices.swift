@@ -1,0 +1,86 @@
+import Foundation
+import Lifecycle
+import Logging
+import Outbox
+import Postgres
+import WorkerConfig
+
+/// The daemon's PostgreSQL pools, built once and closed after the services stopped.
+struct DaemonPools: Sendable {
+    /// Two claimers, the completer and the lease heartbeat; each holds a connection only for one statement or transaction.
+    let pipeline: PostgresClient
+    /// Retention and the status gauges: short statements, off the pipeline's connections.
+    let maintenance: PostgresClient
+
+    init(configuration: Configuration) {
+        // Every transaction carries its settings (pooler-safe: nothing is set on the session), among them
+        // synchronous_commit=off for the pipeline's own writes: a worker crash loses nothing (commits are in
+        // PostgreSQL), and a PostgreSQL crash can only forget that a push went out, so it is sent again
+        // (a duplicate, never a loss: the API's outbox INSERT keeps its own durable commit).
+        let statementTimeout = configuration.databaseStatementTimeout
+        let settings = TransactionSettings.worker(statementTimeout: statementTimeout, lockTimeout: Supervisor.lockTimeout,
+                                                  asynchronousCommit: true)
+        // A server that stops answering never enforces statement_timeout: the pools end such calls themselves.
+        let deadline = statementTimeout + statementTimeout / 2
+        pipeline = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 6, settings: settings, queryDeadline: deadline)
+        maintenance = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 2, settings: settings, queryDeadline: deadline)
+    }
+
+    /// Closes the idle connections (after every service returned).
+    func close() async {
+        await pipeline.close()
+        await maintenance.close()
+    }
+}
+
+/// Every few seconds: queue gauges, readiness of the database, and the systemd STATUS= line.
+/// On stop it gives the `status` lease up so another instance takes over at once.
+struct StatusRefresher: Service {
+    let gauges: QueueGauges
+    let parts: DaemonParts
+    let logger: Logger
+
+    func run(until stop: StopSignal) async {
+        var failures = 0
+        while !stop.isRequested {
+            do {
+                let status = try await gauges.refresh()
+                parts.setCheck("database", "ok")
+                failures = 0
+                let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
+                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events["PENDING"] ?? 0), dead \(status.events["DEAD"] ?? 0)")
+            } catch {
+                failures += 1
+                parts.setCheck("database", "down: \(error)")
+                parts.notify("STATUS=database unavailable: retrying")
+                if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
+            }
+            parts.liveness.beat("status")
+            await stop.sleep(for: .seconds(5))
+        }
+        await gauges.release()
+    }
+}
+
+/// Pings the systemd watchdog at half its interval while every loop makes progress; returns at
+/// once when systemd set no watchdog.
+struct Watchdog: Service {
+    let parts: DaemonParts
+    let logger: Logger
+
+    func run(until stop: StopSignal) async {
+        guard let interval = parts.notifier.watchdogInterval else { return }
+        var warned = false
+        while !stop.isRequested {
+            let stalled = parts.liveness.stalled()
+            if stalled.isEmpty {
+                parts.notify("WATCHDOG=1")
+                warned = false
+            } else if !warned {
+                logger.critical("loops stalled; withholding watchdog pings", metadata: ["stalled": stalled.joined(separator: ",")])
+                warned = true
+            }
+            await stop.sleep(for: interval / 2)
+        }
+    }
+}

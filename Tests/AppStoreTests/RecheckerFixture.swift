@@ -1,0 +1,31 @@
+import Foundation
+import HTTP
+import Lifecycle
+import Logging
+import Metrics
+import Postgres
+@testable import AppStore
+
+extension EntitlementRechecker {
+    /// Tests: a rechecker with pools and an HTTP client of its own (the daemon passes shared ones in).
+    convenience init(configuration: AppStoreConfiguration, conninfo: String, logger: Logger, metrics: MetricsRegistry,
+                     now: @escaping @Sendable () -> Date = Date.init) throws {
+        self.init(configuration: configuration, database: PostgresClient(conninfo: conninfo, maxConnections: 4),
+                  leaseConnection: PostgresClient(conninfo: conninfo, maxConnections: 1),
+                  http: try HTTPClient(configuration: Self.httpConfiguration(for: configuration)),
+                  logger: logger, metrics: metrics, now: now)
+    }
+
+    /// Tests: closes the HTTP client the convenience initializer built.
+    func shutdown() { http.shutdown() }
+
+    /// Tests: runs as the daemon does until the task is cancelled (cancellation requests the stop).
+    func run() async {
+        let stop = StopSignal()
+        await withTaskCancellationHandler {
+            try? await run(until: stop)
+        } onCancel: {
+            stop.request(grace: .zero)
+        }
+    }
+}
