@@ -67,6 +67,12 @@ public final class HealthServer: Service {
             let ready = state.isReady
             return .json(ready ? 200 : 503, #"{"status":"\#(ready ? "ready" : "not_ready")","checks":{\#(body)}}"#)
         case "/metrics":
+            // Readiness as metrics too, so an alert can tell "up but not ready" (and why) from the scrape alone.
+            metrics.gauge("medication_worker_ready", help: "1 while /readyz answers 200, else 0.").set(state.isReady ? 1 : 0)
+            for (check, value) in state.snapshot {
+                metrics.gauge("medication_worker_check_ok", help: "1 while a readiness check is ok or disabled, by check.",
+                              labels: ["check": check]).set(value == "ok" || value == "disabled" ? 1 : 0)
+            }
             return .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         default:
             return .json(404, #"{"error":"not found"}"#)

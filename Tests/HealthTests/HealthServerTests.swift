@@ -88,6 +88,25 @@ struct HealthServerTests {
         #expect((registry.value("process_start_time_seconds") ?? 0) > 1_600_000_000)
     }
 
+    @Test func metrics_exportReadinessAndEachCheck() async throws {
+        let state = HealthState()
+        state.set("database", "down: timeout")
+        state.set("fcm_credentials", "ok")
+        state.set("app_store", "disabled")
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
+        defer { server.stop() }
+
+        let notReady = String(decoding: try await get(server.port, "/metrics").body, as: UTF8.self)
+        #expect(notReady.contains("# TYPE medication_worker_ready gauge"))
+        #expect(notReady.contains("medication_worker_ready 0"))
+        #expect(notReady.contains(#"medication_worker_check_ok{check="database"} 0"#))
+        #expect(notReady.contains(#"medication_worker_check_ok{check="app_store"} 1"#))
+        state.set("database", "ok")
+        let ready = String(decoding: try await get(server.port, "/metrics").body, as: UTF8.self)
+        #expect(ready.contains("medication_worker_ready 1"))
+        #expect(ready.contains(#"medication_worker_check_ok{check="database"} 1"#))
+    }
+
     @Test func post_isRejected() async throws {
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
         defer { server.stop() }
