@@ -15,6 +15,8 @@ public final class RatePacer: Sendable {
         public var next: ContinuousClock.Instant?
         /// No request before this instant (Apple's Retry-After, or our own JWT refused).
         public var pausedUntil: ContinuousClock.Instant?
+        /// When the last request actually started (a task may wake after its slot).
+        public var lastStart: ContinuousClock.Instant?
         public init() {}
     }
 
@@ -33,11 +35,24 @@ public final class RatePacer: Sendable {
 
     /// Waits for this request's slot. Returns false, without a slot, when the environment is paused or the task is cancelled
     /// (the caller gives its work back rather than holding it through a pause).
+    ///
+    /// Starts stay `spacing` apart even when a task wakes late for its slot (a loaded machine): a late
+    /// starter followed at once by an on-time one would put two requests where Apple counts one.
     public func acquire() async -> Bool {
-        if isPaused { return false }
-        let slot = state.withLock { Self.reserve(&$0, now: .now, spacing: spacing) }
-        do { try await Task.sleep(until: slot, clock: .continuous) } catch { return false }
-        return !isPaused && !Task.isCancelled
+        let spacing = self.spacing
+        while true {
+            if isPaused { return false }
+            let slot = state.withLock { Self.reserve(&$0, now: .now, spacing: spacing) }
+            do { try await Task.sleep(until: slot, clock: .continuous) } catch { return false }
+            if isPaused || Task.isCancelled { return false }
+            let started = state.withLock { state -> Bool in
+                let now = ContinuousClock.now
+                if let last = state.lastStart, now - last < spacing { return false }
+                state.lastStart = now
+                return true
+            }
+            if started { return true }
+        }
     }
 
     /// Pauses every request of this environment until `instant` (a later pause wins).

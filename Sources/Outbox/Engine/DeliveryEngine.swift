@@ -142,11 +142,13 @@ public final class DeliveryEngine: Service {
                            isStopped: @Sendable () -> Bool) async -> Int {
         var total = 0
         var failures = 0
-        while !isStopped() {
+        while true {
+            // Read before the stop check: a wake-up (a stop among them) that lands while this pass runs is never missed.
+            let seen = wake.current
+            if isStopped() { break }
             onProgress()
             await queue.waitForRoom()
             if isStopped() { break }
-            let seen = wake.current
             let limit = min(configuration.batchSize, max(1, queue.highWater - queue.load))
             do {
                 let claimed = try await claimer.claim(limit: limit)
@@ -167,7 +169,7 @@ public final class DeliveryEngine: Service {
                     logger.warning("claim failed; retrying", metadata: ["error": "\(error)"])
                 }
                 if untilIdle && failures > 3 { break }
-                await wake.wait(after: wake.current, timeout: delay)
+                await wake.wait(after: seen, timeout: delay)
             }
         }
         return total
