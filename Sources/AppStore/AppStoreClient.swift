@@ -1,5 +1,12 @@
 import Crypto
 import Foundation
+
+/// The App Store Server API environments Apple answers for, each with its own base URL, rate and pause.
+/// (A row's `environment` column may hold others, such as `Xcode`, which Apple never signs.)
+public enum AppStoreEnvironment: String, Sendable, CaseIterable {
+    case production = "Production"
+    case sandbox = "Sandbox"
+}
 import HTTP
 import Synchronization
 
@@ -50,10 +57,10 @@ public struct AppStoreConfiguration: Sendable {
     }
 
     /// The environment's base URL (`Sandbox` or else production).
-    public func baseURL(_ environment: String) -> String { environment == "Sandbox" ? sandboxURL : productionURL }
+    public func baseURL(_ environment: AppStoreEnvironment) -> String { environment == .sandbox ? sandboxURL : productionURL }
 
     /// The environment's request rate.
-    public func rate(_ environment: String) -> Double { environment == "Sandbox" ? sandboxRate : productionRate }
+    public func rate(_ environment: AppStoreEnvironment) -> Double { environment == .sandbox ? sandboxRate : productionRate }
 }
 
 /// The App Store Server API calls the worker makes, each with a bearer ES256 JWT (reused until a minute before it expires).
@@ -118,7 +125,7 @@ public struct AppStoreClient: Sendable {
     }
 
     /// `GET /inApps/v1/transactions/{transactionId}` in the environment's API.
-    public func transaction(id: String, environment: String) async -> Answer {
+    public func transaction(id: String, environment: AppStoreEnvironment) async -> Answer {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         let path = id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
@@ -144,7 +151,7 @@ public struct AppStoreClient: Sendable {
     }
 
     /// `POST /inApps/v1/notifications/history[?paginationToken=…]` for one notification type in `[start, end)`.
-    public func notificationHistory(environment: String, type: String, start: Date, end: Date, paginationToken: String?) async -> HistoryAnswer {
+    public func notificationHistory(environment: AppStoreEnvironment, type: String, start: Date, end: Date, paginationToken: String?) async -> HistoryAnswer {
         let token: String
         do { token = try currentToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
         var url = "\(configuration.baseURL(environment))/inApps/v1/notifications/history"
@@ -157,7 +164,7 @@ public struct AppStoreClient: Sendable {
         let response: HTTPResponse
         do {
             let json = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
-            response = try await http.execute(HTTPRequest(method: "POST", url: url,
+            response = try await http.execute(HTTPRequest(method: .post, url: url,
                                                           headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
                                                           body: Array(json), timeout: .seconds(30)))
         } catch let error as HTTPError {

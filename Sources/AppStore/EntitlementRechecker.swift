@@ -13,7 +13,7 @@ import Timekeeping
 /// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.
 public final class EntitlementRechecker: Service {
     /// The environments Apple answers for, each with its own base URL, rate and pause.
-    public static let environments = ["Production", "Sandbox"]
+    public static let environments = AppStoreEnvironment.allCases
 
     /// What one pass did.
     public struct PassSummary: Sendable, Equatable {
@@ -39,7 +39,7 @@ public final class EntitlementRechecker: Service {
     let http: HTTPClient
     let verifier: SignedTransactionVerifier
     let store: EntitlementStore
-    let pacers: [String: RatePacer]
+    let pacers: [AppStoreEnvironment: RatePacer]
     let logger: Logger
     let metrics: MetricsRegistry
     let revokedTotal: Counter
@@ -133,7 +133,7 @@ public final class EntitlementRechecker: Service {
 
     /// One environment's lane: claim a batch, give each row a rate slot and an in-flight place, claim the next batch as
     /// soon as this one is dispatched; stop when nothing is due, on a pause (remaining rows given back) or on cancellation.
-    private func sweep(_ environment: String) async throws -> PassSummary {
+    private func sweep(_ environment: AppStoreEnvironment) async throws -> PassSummary {
         guard let pacer = pacers[environment] else { return PassSummary() }
         let batch = max(10, min(500, Int(pacer.rate * 2)))
         let limit = Self.inFlightLimit(rate: pacer.rate)
@@ -155,7 +155,7 @@ public final class EntitlementRechecker: Service {
                 }
             }
             claiming: while !Task.isCancelled && !pacer.isPaused {
-                let rows = try await store.claim(environment: environment, limit: batch, lease: configuration.claimLease)
+                let rows = try await store.claim(environment: environment.rawValue, limit: batch, lease: configuration.claimLease)
                 await refreshGauges(force: false)
                 if rows.isEmpty { break }
                 for (index, row) in rows.enumerated() {
@@ -165,7 +165,7 @@ public final class EntitlementRechecker: Service {
                         break claiming
                     }
                     inFlight += 1
-                    group.addTask { try await self.check(row, pacer: pacer) }
+                    group.addTask { try await self.check(row, in: environment, pacer: pacer) }
                 }
             }
             while let outcome = try await group.next() { take(outcome) }
@@ -177,9 +177,9 @@ public final class EntitlementRechecker: Service {
     }
 
     /// Looks one claimed row up, verifies the answer and records the outcome on the row.
-    private func check(_ row: EntitlementStore.Claimed, pacer: RatePacer) async throws -> Outcome {
+    private func check(_ row: EntitlementStore.Claimed, in environment: AppStoreEnvironment, pacer: RatePacer) async throws -> Outcome {
         let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": row.environment]
-        let answer = await client.transaction(id: row.transactionId, environment: row.environment)
+        let answer = await client.transaction(id: row.transactionId, environment: environment)
         if Task.isCancelled {
             // Stopping: the answer may be a cancellation, not Apple's; the row is due again as it was.
             try await store.release([row])
@@ -270,7 +270,7 @@ public final class EntitlementRechecker: Service {
         let cadence = min(Duration.seconds(60), configuration.recheckInterval / 24)
         var rest = cadence
         for environment in Self.environments {
-            guard let due = try? await store.nextDue(environment: environment) else { continue }
+            guard let due = try? await store.nextDue(environment: environment.rawValue) else { continue }
             var wait = Duration.milliseconds(Int64(max(0, due.timeIntervalSinceNow) * 1000))
             if let paused = pacers[environment]?.pausedUntil { wait = max(wait, paused - .now) }
             rest = min(rest, wait)

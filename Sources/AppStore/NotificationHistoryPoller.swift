@@ -28,7 +28,7 @@ public final class NotificationHistoryPoller: Service {
     let client: AppStoreClient
     let verifier: SignedTransactionVerifier
     let store: EntitlementStore
-    let pacers: [String: RatePacer]
+    let pacers: [AppStoreEnvironment: RatePacer]
     let logger: Logger
     let metrics: MetricsRegistry
     let revokedTotal: Counter
@@ -36,7 +36,7 @@ public final class NotificationHistoryPoller: Service {
     let now: @Sendable () -> Date
 
     init(configuration: AppStoreConfiguration, client: AppStoreClient, verifier: SignedTransactionVerifier, store: EntitlementStore,
-         pacers: [String: RatePacer], logger: Logger, metrics: MetricsRegistry, revokedTotal: Counter, restoredTotal: Counter,
+         pacers: [AppStoreEnvironment: RatePacer], logger: Logger, metrics: MetricsRegistry, revokedTotal: Counter, restoredTotal: Counter,
          now: @escaping @Sendable () -> Date) {
         self.configuration = configuration
         self.client = client
@@ -54,7 +54,7 @@ public final class NotificationHistoryPoller: Service {
     }
 
     /// How far back Apple keeps history: 180 days in production, 30 in sandbox (an hour's margin kept).
-    static func retention(_ environment: String) -> TimeInterval { (environment == "Sandbox" ? 30 : 180) * 86_400 - 3600 }
+    static func retention(_ environment: AppStoreEnvironment) -> TimeInterval { (environment == .sandbox ? 30 : 180) * 86_400 - 3600 }
 
     func count(_ type: String, _ verdict: String, increment: Bool = true) {
         let counter = metrics.counter("appstore_notifications_total", help: "App Store notifications read from the history, by type and verdict.",
@@ -98,11 +98,11 @@ public final class NotificationHistoryPoller: Service {
         }
     }
 
-    private func poll(environment: String, type: String, summary: inout PollSummary) async throws {
+    private func poll(environment: AppStoreEnvironment, type: String, summary: inout PollSummary) async throws {
         guard let pacer = pacers[environment] else { return }
         let instant = now()
         let earliest = instant.addingTimeInterval(-Self.retention(environment))
-        var checkpoint = try await store.checkpoint(environment: environment, type: type)
+        var checkpoint = try await store.checkpoint(environment: environment.rawValue, type: type)
             ?? .init(start: instant.addingTimeInterval(-min(configuration.recheckInterval.asSeconds, Self.retention(environment))))
         if checkpoint.start < earliest {
             // Down longer than Apple keeps history: the sweep covers what is older.
@@ -111,7 +111,7 @@ public final class NotificationHistoryPoller: Service {
         // A window cut short (stop, crash, error mid-way) resumes with its own end and token; a new one ends now.
         let end = checkpoint.end ?? instant
         var token = checkpoint.paginationToken
-        let metadata: LogMetadata = ["appstore.environment": environment, "appstore.notification_type": type]
+        let metadata: LogMetadata = ["appstore.environment": environment.rawValue, "appstore.notification_type": type]
         while !Task.isCancelled {
             guard await pacer.acquire() else { return }
             switch await client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
@@ -119,23 +119,23 @@ public final class NotificationHistoryPoller: Service {
             case .page(let page):
                 summary.pages += 1
                 for signedPayload in page.signedPayloads {
-                    let verdict = try await apply(signedPayload, type: type, environment: environment)
+                    let verdict = try await apply(signedPayload, type: type, environment: environment.rawValue)
                     summary.notifications += 1
                     summary.verdicts[verdict, default: 0] += 1
                     count(type, verdict)
                 }
                 if page.hasMore, let next = page.paginationToken {
                     token = next
-                    try await store.save(.init(start: checkpoint.start, end: end, paginationToken: next), environment: environment, type: type)
+                    try await store.save(.init(start: checkpoint.start, end: end, paginationToken: next), environment: environment.rawValue, type: type)
                 } else {
                     let nextStart = max(checkpoint.start, end.addingTimeInterval(-Self.overlap))
-                    try await store.save(.init(start: nextStart), environment: environment, type: type)
+                    try await store.save(.init(start: nextStart), environment: environment.rawValue, type: type)
                     return
                 }
             case .badRequest(let code?) where Self.tokenErrors.contains(code) && token != nil:
                 logger.notice("notification history token refused; reading the window again", metadata: metadata)
                 token = nil
-                try await store.save(.init(start: checkpoint.start, end: end), environment: environment, type: type)
+                try await store.save(.init(start: checkpoint.start, end: end), environment: environment.rawValue, type: type)
             case .badRequest(let code):
                 logger.error("notification history request refused", metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
                 return

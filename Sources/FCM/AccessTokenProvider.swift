@@ -72,7 +72,7 @@ public actor AccessTokenProvider {
         let form = "grant_type=" + formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer") + "&assertion=" + formEncode(assertion)
         let response: HTTPResponse
         do {
-            response = try await http.execute(HTTPRequest(method: "POST", url: account.tokenURI,
+            response = try await http.execute(HTTPRequest(method: .post, url: account.tokenURI,
                                                           headers: ["Content-Type": "application/x-www-form-urlencoded"],
                                                           body: Array(form.utf8), timeout: .seconds(15)))
         } catch {

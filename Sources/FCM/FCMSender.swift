@@ -86,7 +86,7 @@ public final class FCMSender: PushSender {
     /// refreshes the token once and retries; one that persists is a project fault.
     private func perform(_ push: DoseTakenPush, token: String, refreshed: Bool, ticket: UInt64,
                          _ completion: @escaping @Sendable (SendOutcome) -> Void) {
-        let request = HTTPRequest(method: "POST", url: endpoint, headers: requestHeaders(for: token), body: FCMMessage.json(for: push))
+        let request = HTTPRequest(method: .post, url: endpoint, headers: requestHeaders(for: token), body: FCMMessage.json(for: push))
         let started = ContinuousClock.now
         http.start(request) { [self] result in
             duration.observe((ContinuousClock.now - started).asSeconds)

@@ -11,7 +11,7 @@ final class CurlTransfer {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var headerSource: [String: String]?
     private var url: String?
-    private var method: String?
+    private var method: HTTPMethod?
     private var timeoutMs = -1
     private var bodyBuffer: UnsafeMutableRawBufferPointer
     private var errorBuffer: UnsafeMutablePointer<CChar>
@@ -95,19 +95,19 @@ final class CurlTransfer {
         }
         if method != request.method {
             switch request.method {
-            case "GET":
+            case .get:
                 try check(mw_easy_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
                 try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
-            case "POST":
+            case .post:
                 try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
                 try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
             default:
                 try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
-                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, request.method), "CUSTOMREQUEST")
+                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, request.method.rawValue), "CUSTOMREQUEST")
             }
             method = request.method
         }
-        if request.method != "GET" || !request.body.isEmpty {
+        if request.method != .get || !request.body.isEmpty {
             // POSTFIELDS does not copy: the bytes live in this transfer's own buffer until the next request.
             if bodyBuffer.count < request.body.count {
                 bodyBuffer.deallocate()

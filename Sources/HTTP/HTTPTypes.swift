@@ -1,13 +1,28 @@
+/// An HTTP request method: the common ones by name, any other through a string literal (as in
+/// swift-http-types, a struct rather than a closed enum, so an extension method stays expressible).
+public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(stringLiteral value: String) { rawValue = value }
+    public var description: String { rawValue }
+
+    public static let get = HTTPMethod(rawValue: "GET")
+    public static let head = HTTPMethod(rawValue: "HEAD")
+    public static let post = HTTPMethod(rawValue: "POST")
+    public static let put = HTTPMethod(rawValue: "PUT")
+    public static let delete = HTTPMethod(rawValue: "DELETE")
+}
+
 /// One HTTP request.
 public struct HTTPRequest: Sendable {
-    public var method: String
+    public var method: HTTPMethod
     public var url: String
     public var headers: [String: String]
     public var body: [UInt8]
     /// nil = the client's `requestTimeout`.
     public var timeout: Duration?
 
-    public init(method: String = "GET", url: String, headers: [String: String] = [:], body: [UInt8] = [], timeout: Duration? = nil) {
+    public init(method: HTTPMethod = .get, url: String, headers: [String: String] = [:], body: [UInt8] = [], timeout: Duration? = nil) {
         self.method = method
         self.url = url
         self.headers = headers

@@ -4,24 +4,51 @@ import Lifecycle
 import Metrics
 import Synchronization
 
+/// A readiness check of `/readyz` (its JSON key).
+public enum ReadinessCheck: String, Sendable, CaseIterable {
+    case database
+    case fcmCredentials = "fcm_credentials"
+    case fcm
+    case appStore = "app_store"
+}
+
+/// The state of one readiness check, rendered as `ok`, `disabled` or `down: reason`.
+public enum CheckState: Sendable, Equatable, CustomStringConvertible {
+    case ok
+    /// Not configured (the App Store loop without its settings): does not hold readiness back.
+    case disabled
+    case down(String)
+
+    /// True when the check does not hold readiness back.
+    public var isPassing: Bool { if case .down = self { false } else { true } }
+
+    public var description: String {
+        switch self {
+        case .ok: "ok"
+        case .disabled: "disabled"
+        case .down(let reason): "down: \(reason)"
+        }
+    }
+}
+
 /// Readiness checks and liveness, shared between the daemon's loops and the endpoint.
 public final class HealthState: Sendable {
-    private let checks = Mutex<[String: String]>([:])
+    private let checks = Mutex<[ReadinessCheck: CheckState]>([:])
     private let stalled: @Sendable () -> [String]
 
     /// `stalled` names loops that stopped making progress (from the daemon's heartbeats).
     public init(stalled: @escaping @Sendable () -> [String] = { [] }) { self.stalled = stalled }
 
-    /// Sets a check to `ok`, `disabled` or `down: reason`.
-    public func set(_ name: String, _ state: String) { checks.withLock { $0[name] = state } }
+    /// Sets a check's state.
+    public func set(_ check: ReadinessCheck, _ state: CheckState) { checks.withLock { $0[check] = state } }
 
-    /// Every check by name, as last set.
-    public var snapshot: [String: String] { checks.withLock { $0 } }
+    /// Every check as last set.
+    public var snapshot: [ReadinessCheck: CheckState] { checks.withLock { $0 } }
 
-    /// Ready when every check is `ok` or `disabled` (and there is at least one).
+    /// Ready when every check passes (and there is at least one).
     public var isReady: Bool {
         let all = snapshot
-        return !all.isEmpty && all.values.allSatisfy { $0 == "ok" || $0 == "disabled" }
+        return !all.isEmpty && all.values.allSatisfy(\.isPassing)
     }
 
     /// Loops that are stuck (empty = alive).
@@ -63,7 +90,8 @@ public final class HealthServer: Service {
             return .json(503, #"{"status":"stalled","loops":[\#(stalled.map { "\"\($0)\"" }.joined(separator: ","))]}"#)
         case "/readyz":
             let checks = state.snapshot
-            let body = checks.keys.sorted().map { "\(jsonString($0)):\(jsonString(checks[$0]!))" }.joined(separator: ",")
+            let body = checks.keys.sorted { $0.rawValue < $1.rawValue }
+                .map { "\(jsonString($0.rawValue)):\(jsonString(checks[$0]!.description))" }.joined(separator: ",")
             let ready = state.isReady
             return .json(ready ? 200 : 503, #"{"status":"\#(ready ? "ready" : "not_ready")","checks":{\#(body)}}"#)
         case "/metrics":
@@ -71,7 +99,7 @@ public final class HealthServer: Service {
             metrics.gauge("medication_worker_ready", help: "1 while /readyz answers 200, else 0.").set(state.isReady ? 1 : 0)
             for (check, value) in state.snapshot {
                 metrics.gauge("medication_worker_check_ok", help: "1 while a readiness check is ok or disabled, by check.",
-                              labels: ["check": check]).set(value == "ok" || value == "disabled" ? 1 : 0)
+                              labels: ["check": check.rawValue]).set(value.isPassing ? 1 : 0)
             }
             return .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         default:

@@ -173,14 +173,14 @@ struct Supervisor {
                 guard let missing = try await Self.unlessStopped(stop, { try await database.withConnection { try Migrator.missingVersions($0) } })
                 else { return false }
                 if missing.isEmpty {
-                    parts.setCheck("database", "ok")
+                    parts.setCheck(.database, .ok)
                     return true
                 }
                 let problem = "schema versions \(missing.map(String.init).joined(separator: ", ")) not applied: run `medication-worker migrate`"
-                parts.setCheck("database", "down: \(problem)")
+                parts.setCheck(.database, .down(problem))
                 if attempt % 30 == 0 { logger.error("database is not migrated", metadata: ["error": problem]) }
             } catch {
-                parts.setCheck("database", "down: \(error)")
+                parts.setCheck(.database, .down("\(error)"))
                 if attempt % 30 == 0 { logger.warning("database unavailable; retrying", metadata: ["error": "\(error)"]) }
             }
             attempt += 1

@@ -49,18 +49,18 @@ final class DaemonParts: Sendable {
         // A loop that makes no progress for this long counts as stuck: watchdog pings stop, /healthz says so.
         let liveness = Liveness(stallAfter: .seconds(25))
         let health = HealthState(stalled: { liveness.stalled() })
-        health.set("database", "down: not checked yet")
-        health.set("fcm_credentials", "ok")
-        health.set("fcm", "ok")
+        health.set(.database, .down("not checked yet"))
+        health.set(.fcmCredentials, .ok)
+        health.set(.fcm, .ok)
         let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http),
                                    logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
                                        switch state {
-                                       case .ok: health.set("fcm", "ok")
-                                       case .paused(let fault, let reason): health.set("fcm", "down: sending paused (\(fault.rawValue) fault): \(reason)")
+                                       case .ok: health.set(.fcm, .ok)
+                                       case .paused(let fault, let reason): health.set(.fcm, .down("sending paused (\(fault.rawValue) fault): \(reason)"))
                                        }
                                    })
         let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
-        health.set("app_store", appStore == nil ? "disabled" : "ok")
+        health.set(.appStore, appStore == nil ? .disabled : .ok)
         let healthServer: HealthServer
         do {
             healthServer = try HealthServer(host: configuration.healthHost, port: configuration.healthPort, state: health, metrics: metrics)
@@ -78,7 +78,7 @@ final class DaemonParts: Sendable {
     func notify(_ state: String) { notifier.notify(state) }
 
     /// Updates a readiness check (`database`, `fcm_credentials`, `app_store`).
-    func setCheck(_ name: String, _ state: String) { health.set(name, state) }
+    func setCheck(_ check: ReadinessCheck, _ state: CheckState) { health.set(check, state) }
 }
 
 /// A runtime start failure (exit 1), e.g. the health address is in use.

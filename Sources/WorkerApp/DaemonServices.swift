@@ -45,13 +45,13 @@ struct StatusRefresher: Service {
         while !stop.isRequested {
             do {
                 let status = try await gauges.refresh()
-                parts.setCheck("database", "ok")
+                parts.setCheck(.database, .ok)
                 failures = 0
                 let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
                 parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events["PENDING"] ?? 0), dead \(status.events["DEAD"] ?? 0)")
             } catch {
                 failures += 1
-                parts.setCheck("database", "down: \(error)")
+                parts.setCheck(.database, .down("\(error)"))
                 parts.notify("STATUS=database unavailable: retrying")
                 if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
             }

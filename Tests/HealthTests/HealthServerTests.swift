@@ -17,7 +17,7 @@ struct HealthServerTests {
         func set(_ names: [String]) { lock.withLock { stuck = names } }
     }
 
-    func get(_ port: UInt16, _ path: String, method: String = "GET") async throws -> HTTPResponse {
+    func get(_ port: UInt16, _ path: String, method: HTTPMethod = .get) async throws -> HTTPResponse {
         let client = try HTTPClient()
         defer { client.shutdown() }
         return try await client.execute(HTTPRequest(method: method, url: "http://127.0.0.1:\(port)\(path)", timeout: .seconds(5)))
@@ -33,9 +33,9 @@ struct HealthServerTests {
 
     @Test func readyz_flipsFrom503To200WhenTheCheckRecovers() async throws {
         let state = HealthState()
-        state.set("database", "down: connection refused")
-        state.set("fcm_credentials", "ok")
-        state.set("app_store", "disabled")
+        state.set(.database, .down("connection refused"))
+        state.set(.fcmCredentials, .ok)
+        state.set(.appStore, .disabled)
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
         defer { server.stop() }
 
@@ -46,7 +46,7 @@ struct HealthServerTests {
         #expect(downText.contains(#""database":"down: connection refused""#))
         #expect(down.headers["content-type"] == "application/json")
 
-        state.set("database", "ok")
+        state.set(.database, .ok)
         let up = try await get(server.port, "/readyz")
         #expect(up.status == 200)
         let upText = String(decoding: up.body, as: UTF8.self)
@@ -57,7 +57,7 @@ struct HealthServerTests {
     @Test func healthz_reportsStalledLoopsRegardlessOfReadiness() async throws {
         let loops = Loops()
         let state = HealthState(stalled: { loops.stalled })
-        state.set("database", "down: timeout")
+        state.set(.database, .down("timeout"))
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
         defer { server.stop() }
 
@@ -90,9 +90,9 @@ struct HealthServerTests {
 
     @Test func metrics_exportReadinessAndEachCheck() async throws {
         let state = HealthState()
-        state.set("database", "down: timeout")
-        state.set("fcm_credentials", "ok")
-        state.set("app_store", "disabled")
+        state.set(.database, .down("timeout"))
+        state.set(.fcmCredentials, .ok)
+        state.set(.appStore, .disabled)
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
         defer { server.stop() }
 
@@ -101,7 +101,7 @@ struct HealthServerTests {
         #expect(notReady.contains("medication_worker_ready 0"))
         #expect(notReady.contains(#"medication_worker_check_ok{check="database"} 0"#))
         #expect(notReady.contains(#"medication_worker_check_ok{check="app_store"} 1"#))
-        state.set("database", "ok")
+        state.set(.database, .ok)
         let ready = String(decoding: try await get(server.port, "/metrics").body, as: UTF8.self)
         #expect(ready.contains("medication_worker_ready 1"))
         #expect(ready.contains(#"medication_worker_check_ok{check="database"} 1"#))

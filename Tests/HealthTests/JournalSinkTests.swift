@@ -38,11 +38,11 @@ struct JournalSinkTests {
 
     @Test func readiness_reflectsChecks() {
         let state = HealthState()
-        state.set("database", "down: connection refused")
-        state.set("fcm_credentials", "ok")
+        state.set(.database, .down("connection refused"))
+        state.set(.fcmCredentials, .ok)
         #expect(!state.isReady)
-        state.set("database", "ok")
-        state.set("app_store", "disabled")
+        state.set(.database, .ok)
+        state.set(.appStore, .disabled)
         #expect(state.isReady)
     }
 
