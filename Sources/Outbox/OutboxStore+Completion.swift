@@ -101,14 +101,36 @@ extension OutboxStore {
     }
 
     /// Writes delivery results first, then event outcomes (which look at the deliveries), in one
-    /// transaction, each row guarded by its own lease token.
+    /// transaction, each row guarded by its own lease token. The statements do not depend on each
+    /// other's results, so the transaction is one pipelined round trip (its settings, asynchronous
+    /// commit among them, travel with it, never on a session a pooler would hand to someone else).
     func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
-        // A transaction even for the usual one-statement flush: its settings (asynchronous commit, timeouts)
-        // travel with the BEGIN, never on the session a pooler would hand to someone else.
-        try await client.withTransaction { try Self.write(completion, maxAttempts: maxAttempts, on: $0) }
+        let plan = Self.plan(completion, maxAttempts: maxAttempts)
+        guard !plan.statements.isEmpty else { return CompletionSummary() }
+        return try plan.summary(of: try await client.pipelinedTransaction(plan.statements.map { ($0.sql, $0.parameters) }))
     }
 
-    static func write(_ completion: Completion, maxAttempts: Int, on connection: PostgresConnection) throws -> CompletionSummary {
+    /// The statements of one flush, and how to read their answers.
+    struct CompletionPlan {
+        enum Role { case disableDevices, finishEvents, complete, release }
+        var statements: [(role: Role, sql: String, parameters: [PostgresValue])] = []
+        var finished: [FinishedEvent] = []
+
+        func summary(of results: [PostgresRows]) throws -> CompletionSummary {
+            var summary = CompletionSummary()
+            for (statement, rows) in zip(statements, results) {
+                switch statement.role {
+                case .disableDevices: summary.disabledDevices = try rows.map { try $0[0].string() }
+                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.rawValue }
+                case .complete: for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].string() }
+                case .release: break
+                }
+            }
+            return summary
+        }
+    }
+
+    static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
         var ids: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
         var disable = ([String](), [Date]())
         for result in completion.deliveries {
@@ -125,38 +147,38 @@ extension OutboxStore {
             }
             ids.append(result.deliveryId); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
         }
-        var summary = CompletionSummary()
+        var plan = CompletionPlan()
         if !disable.0.isEmpty {
-            summary.disabledDevices = try connection.query(disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)])
-                .map { try $0[0].string() }
+            plan.statements.append((.disableDevices, disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)]))
         }
         let finished = completion.finished
         if !finished.isEmpty {
-            try connection.query(finishEventsSQL, [
+            plan.finished = finished
+            plan.statements.append((.finishEvents, finishEventsSQL, [
                 .intArray(finished.map(\.id)), .textArray(finished.map(\.status.rawValue)), .textArray(finished.map(\.reason)),
                 .textArray(finished.map(\.lease.text)),
-            ])
-            for item in finished { summary.eventStatuses[item.id] = item.status.rawValue }
+            ]))
         }
         let events = completion.settlements
         if !ids.isEmpty || !events.isEmpty {
-            let rows = try connection.query(completeSQL, [
+            plan.statements.append((.complete, completeSQL, [
                 .textArray(ids), .textArray(kinds), .textArray(details), .textArray(tokens),
                 .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
                 .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
                 .textArray(events.map(\.lease.text)), .int(maxAttempts),
-            ])
-            for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].string() }
+            ]))
         }
         let releasedDeliveries = completion.releasedDeliveries
         if !releasedDeliveries.isEmpty {
-            try connection.query(releaseDeliveriesSQL, [.textArray(releasedDeliveries.map(\.id)), .textArray(releasedDeliveries.map(\.lease.text))])
+            plan.statements.append((.release, releaseDeliveriesSQL,
+                                    [.textArray(releasedDeliveries.map(\.id)), .textArray(releasedDeliveries.map(\.lease.text))]))
         }
         let releasedEvents = completion.releasedEvents
         if !releasedEvents.isEmpty {
-            try connection.query(releaseEventsSQL, [.intArray(releasedEvents.map(\.id)), .textArray(releasedEvents.map(\.lease.text))])
+            plan.statements.append((.release, releaseEventsSQL,
+                                    [.intArray(releasedEvents.map(\.id)), .textArray(releasedEvents.map(\.lease.text))]))
         }
-        return summary
+        return plan
     }
 
     static let releaseEventsSQL = """

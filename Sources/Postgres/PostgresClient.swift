@@ -55,6 +55,14 @@ public final class PostgresClient: Sendable {
         }
     }
 
+    /// Runs independent statements in one transaction with the client's settings, in one round trip
+    /// (`PostgresConnection.pipelinedTransaction`); returns each statement's rows.
+    @discardableResult
+    public func pipelinedTransaction(_ statements: [(sql: String, parameters: [PostgresValue])]) async throws -> [PostgresRows] {
+        let settings = self.settings
+        return try await withConnection { connection in try connection.pipelinedTransaction(settings: settings, statements) }
+    }
+
     /// Runs `body` in a transaction with the client's settings that commits when it returns and
     /// rolls back when it throws.
     @discardableResult
@@ -63,11 +71,15 @@ public final class PostgresClient: Sendable {
         return try await withConnection { connection in try connection.withTransaction(settings: settings, body) }
     }
 
-    /// Runs one parameterised statement (in its own transaction with the client's settings, if any).
+    /// Runs one parameterised statement (in its own transaction with the client's settings, if any: one
+    /// round trip all the same, as a pipeline).
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) async throws -> PostgresRows {
         if settings.isEmpty { return try await withConnection { connection in try connection.query(sql, parameters) } }
-        return try await withTransaction { connection in try connection.query(sql, parameters) }
+        let settings = self.settings
+        return try await withConnection { connection in
+            try connection.pipelinedTransaction(settings: settings, [(sql, parameters)])[0]
+        }
     }
 
     /// Closes every idle connection (they reopen on next use).

@@ -96,6 +96,71 @@ public final class PostgresConnection {
         }
     }
 
+    /// Runs independent statements in one transaction with `settings`, in one round trip: `BEGIN`,
+    /// the settings, every statement and `COMMIT` go out together as a libpq pipeline, then the
+    /// answers are read. Returns each statement's rows in order. The first failure rolls the whole
+    /// transaction back and is thrown (what follows it in the pipeline is not run).
+    ///
+    /// For statements whose parameters do not depend on each other's results (a completer flush, a
+    /// claim); everything else uses `withTransaction`.
+    public func pipelinedTransaction(settings: TransactionSettings = .none,
+                                     _ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        guard PQenterPipelineMode(raw) == 1 else {
+            throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: PostgresConnection.errorText(raw), statement: "BEGIN")
+        }
+        var queued: [(sql: String, parameters: [PostgresValue])] = [("BEGIN", [])]
+        if !settings.isEmpty { queued.append((settings.selectStatement, [])) }
+        queued += statements
+        queued.append(("COMMIT", []))
+        var failure: PostgresError?
+        var sent = 0
+        for statement in queued {
+            let buffers = statement.parameters.map(\.wireBytes)
+            let accepted = withCStringArray(buffers) { pointers in
+                PQsendQueryParams(raw, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+            }
+            guard accepted == 1 else {
+                failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
+                break
+            }
+            sent += 1
+        }
+        var results: [PostgresRows] = []
+        if failure == nil, PQpipelineSync(raw) != 1 {
+            failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: "SYNC")
+        }
+        if failure == nil {
+            for index in 0..<sent {
+                // Each queued statement answers with one result, then NULL.
+                let result = PQgetResult(raw)
+                defer { while let extra = PQgetResult(raw) { PQclear(extra) } }
+                guard let result else {
+                    failure = failure ?? PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: queued[index].sql)
+                    break
+                }
+                let status = PQresultStatus(result)
+                if status == PGRES_PIPELINE_ABORTED {
+                    PQclear(result)
+                    continue
+                }
+                do {
+                    let rows = try self.rows(of: result, sql: queued[index].sql)
+                    if index > (settings.isEmpty ? 0 : 1), index < sent - 1 { results.append(rows) }
+                } catch {
+                    failure = failure ?? error
+                }
+            }
+            // The sync point's own result.
+            if let sync = PQgetResult(raw) { PQclear(sync) }
+        }
+        _ = PQexitPipelineMode(raw)
+        if let failure {
+            if isHealthy, PQtransactionStatus(raw) != PQTRANS_IDLE { _ = try? execute("ROLLBACK") }
+            throw failure
+        }
+        return results
+    }
+
     /// Runs `body` inside BEGIN … COMMIT; any thrown error rolls back and is rethrown.
     /// `settings` apply to this transaction only (`SET LOCAL`) and travel with the BEGIN in one round trip.
     @discardableResult

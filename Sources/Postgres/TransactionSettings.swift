@@ -32,11 +32,14 @@ public struct TransactionSettings: Sendable, Equatable {
 
     public var isEmpty: Bool { values.isEmpty }
 
-    /// `BEGIN` followed by one `SELECT set_config(…, true), …` (simple protocol, one round trip).
+    /// `BEGIN` followed by the settings (simple protocol, one round trip).
     var beginStatement: String {
-        guard !values.isEmpty else { return "BEGIN" }
-        let calls = values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }
-        return "BEGIN; SELECT " + calls.joined(separator: ", ")
+        values.isEmpty ? "BEGIN" : "BEGIN; " + selectStatement
+    }
+
+    /// One `SELECT set_config(…, true), …` for every setting.
+    var selectStatement: String {
+        "SELECT " + values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }.joined(separator: ", ")
     }
 
     private static func literal(_ text: String) -> String {

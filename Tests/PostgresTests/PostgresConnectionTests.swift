@@ -21,6 +21,35 @@ struct PostgresConnectionTests {
         }
     }
 
+    /// BEGIN, the settings, the statements and COMMIT in one pipeline: results in order, settings in force inside
+    /// the transaction only, a failure rolls everything back and leaves the connection usable. Direct and through PgBouncer.
+    @Test(arguments: [false, true]) func pipelinedTransaction_oneRoundTrip_rollsBackOnFailure(throughPooler: Bool) async throws {
+        try await TestDatabase.withEmptyDatabase { direct in
+            let conninfo = throughPooler ? try TestDatabase.poolerConninfo(direct) : direct
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
+            let settings = TransactionSettings.worker(statementTimeout: .seconds(7), lockTimeout: .seconds(3), asynchronousCommit: true)
+            let results = try connection.pipelinedTransaction(settings: settings, [
+                ("INSERT INTO t VALUES ($1), ($2) RETURNING id", [.int(1), .int(2)]),
+                ("SELECT current_setting('statement_timeout') AS st, current_setting('synchronous_commit') AS sc", []),
+            ])
+            #expect(try results.count == 2 && results[0].map { try $0["id"].int() } == [1, 2])
+            #expect(try results[1][0]["st"].string() == "7s" && results[1][0]["sc"].string() == "off")
+
+            let error = #expect(throws: PostgresError.self) {
+                try connection.pipelinedTransaction(settings: settings, [
+                    ("INSERT INTO t VALUES ($1)", [.int(3)]),
+                    ("INSERT INTO t VALUES ($1)", [.int(1)]),  // duplicate key
+                    ("INSERT INTO t VALUES ($1)", [.int(4)]),
+                ])
+            }
+            #expect(error?.sqlState == "23505")
+            let after = try connection.query("SELECT array_agg(id ORDER BY id)::text AS ids, current_setting('statement_timeout') AS st FROM t")[0]
+            #expect(try after["ids"].string() == "{1,2}")  // 3 rolled back, 4 never ran
+            #expect(try after["st"].string() == "0")       // the settings ended with their transaction
+        }
+    }
+
     @Test func timestamps_roundTripToTheMicrosecond() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
