@@ -164,57 +164,22 @@ public final class HTTPClient: Sendable {
 
         init(client: HTTPClient) { self.client = client }
 
+        /// What the driver takes from the shared state on each turn.
+        private struct Turn {
+            var admit: [Queued] = []
+            var cancelled: Set<UInt64> = []
+            var cancelAll = false
+            var stop = false
+        }
+
         func run() {
             let multi = client.multi.raw
             var stillRunning: Int32 = 0
             while true {
-                let (admit, cancelled, cancelAll, stop) = client.state.withLock { state -> ([Queued], Set<UInt64>, Bool, Bool) in
-                    if state.stopping { return ([], [], false, true) }
-                    var cancelled: Set<UInt64> = []
-                    var refused: [Queued] = []
-                    let cancelAll = state.cancelAllRequested
-                    state.cancelAllRequested = false
-                    if cancelAll {
-                        refused = state.queued
-                        state.queued.removeAll()
-                    } else if !state.cancelled.isEmpty {
-                        cancelled = state.cancelled
-                        state.cancelled.removeAll()
-                        state.queued.removeAll { item in
-                            guard cancelled.contains(item.id) else { return false }
-                            refused.append(item)
-                            return true
-                        }
-                    }
-                    for item in refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
-                    let room = max(0, client.configuration.maxInFlight - running.count)
-                    let batch = Array(state.queued.prefix(room))
-                    state.queued.removeFirst(batch.count)
-                    return (batch, cancelled, cancelAll, false)
-                }
-                if stop { break }
-                let abandon = cancelAll ? Array(running.keys) : cancelled.filter { running[$0] != nil }
-                for id in abandon {
-                    guard let transfer = running.removeValue(forKey: id) else { continue }
-                    curl_multi_remove_handle(multi, transfer.easy)
-                    // A handle removed mid-transfer is discarded rather than reused.
-                    transfer.complete(.failure(HTTPError(.cancelled, "request cancelled")))
-                }
-                for item in admit {
-                    do throws(HTTPError) {
-                        let transfer: CurlTransfer
-                        if let reused = idle.popLast() {
-                            transfer = reused
-                        } else {
-                            transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
-                        }
-                        try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
-                        running[item.id] = transfer
-                        curl_multi_add_handle(multi, transfer.easy)
-                    } catch {
-                        item.completion(.failure(error))
-                    }
-                }
+                let turn = takeTurn()
+                if turn.stop { break }
+                abandon(turn.cancelAll ? Array(running.keys) : turn.cancelled.filter { running[$0] != nil }, multi)
+                for item in turn.admit { admit(item, multi) }
                 curl_multi_perform(multi, &stillRunning)
                 harvest(multi)
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
@@ -229,7 +194,67 @@ public final class HTTPClient: Sendable {
                     client.state.withLock { $0.polling = false }
                 }
             }
-            // Shutting down: fail everything still queued or running.
+            failEverything(multi)
+        }
+
+        /// Takes cancellations and as many queued requests as there is room for; queued ones that were
+        /// cancelled are answered at once.
+        private func takeTurn() -> Turn {
+            client.state.withLock { state -> Turn in
+                if state.stopping { return Turn(stop: true) }
+                var turn = Turn()
+                var refused: [Queued] = []
+                turn.cancelAll = state.cancelAllRequested
+                state.cancelAllRequested = false
+                if turn.cancelAll {
+                    refused = state.queued
+                    state.queued.removeAll()
+                } else if !state.cancelled.isEmpty {
+                    let cancelled = state.cancelled
+                    turn.cancelled = cancelled
+                    state.cancelled.removeAll()
+                    state.queued.removeAll { item in
+                        guard cancelled.contains(item.id) else { return false }
+                        refused.append(item)
+                        return true
+                    }
+                }
+                for item in refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
+                let room = max(0, client.configuration.maxInFlight - running.count)
+                turn.admit = Array(state.queued.prefix(room))
+                state.queued.removeFirst(turn.admit.count)
+                return turn
+            }
+        }
+
+        /// Removes running transfers that were cancelled; a handle removed mid-transfer is discarded rather than reused.
+        private func abandon(_ ids: [UInt64], _ multi: UnsafeMutableRawPointer) {
+            for id in ids {
+                guard let transfer = running.removeValue(forKey: id) else { continue }
+                curl_multi_remove_handle(multi, transfer.easy)
+                transfer.complete(.failure(HTTPError(.cancelled, "request cancelled")))
+            }
+        }
+
+        /// Starts one request on a reused (or new) easy handle.
+        private func admit(_ item: Queued, _ multi: UnsafeMutableRawPointer) {
+            do throws(HTTPError) {
+                let transfer: CurlTransfer
+                if let reused = idle.popLast() {
+                    transfer = reused
+                } else {
+                    transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
+                }
+                try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
+                running[item.id] = transfer
+                curl_multi_add_handle(multi, transfer.easy)
+            } catch {
+                item.completion(.failure(error))
+            }
+        }
+
+        /// Shutting down: fail everything still queued or running.
+        private func failEverything(_ multi: UnsafeMutableRawPointer) {
             let pending = client.state.withLock { state in
                 defer { state.queued.removeAll() }
                 return state.queued
