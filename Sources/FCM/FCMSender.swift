@@ -22,8 +22,8 @@ public struct FCMConfiguration: Sendable {
 
 /// Sends DOSE_TAKEN pushes through FCM HTTP v1 over one multiplexing HTTP client.
 public final class FCMSender: PushSender {
-    public let http: HTTPClient
-    public let tokens: AccessTokenProvider
+    package let http: HTTPClient
+    package let tokens: AccessTokenProvider
     private let endpoint: String
     private let logger: Logger
     private let duration: Histogram

@@ -1,9 +1,9 @@
 /// Builds a pgbench script from the pipeline's own statements (not copies), so the benchmark's
 /// SQL ceiling measures exactly what the worker runs: per batch, one claim, the fan-out statement and
 /// the completion statement, with every delivery SENT.
-public enum PgbenchScript {
+package enum PgbenchScript {
     /// The claim statement (for `scripts/claim-plan`).
-    public static var claimSQL: String { OutboxStore.claimSQL }
+    package static var claimSQL: String { OutboxStore.claimSQL }
 
     /// `$n` → `:prefix_n` (pgbench variables), so `-M extended` binds them as parameters.
     static func bind(_ sql: String, _ names: [String]) -> String {
@@ -15,7 +15,7 @@ public enum PgbenchScript {
     }
 
     /// The script for one batch of `batchSize` events.
-    public static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
+    package static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
         let claim = bind(OutboxStore.claimSQL, ["limit", "worker", "token", "lease", "maxage"])
         return """
             SELECT \(batchSize) AS limit, 'pgbench' AS worker, gen_random_uuid()::text AS token, \(leaseSeconds) AS lease, \(maxAgeSeconds) AS maxage, \(maxAttempts) AS maxattempts \\gset
