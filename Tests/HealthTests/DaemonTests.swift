@@ -253,6 +253,26 @@ struct DaemonTests {
         print("frozen database after ready: SIGTERM to exit \(took) (SHUTDOWN_TIMEOUT 5s)")
     }
 
+    /// SIGTERM a few milliseconds after READY=1 (a deploy right after a start): every loop sees the stop even if it
+    /// was in the middle of its first pass, so the daemon exits promptly and never needs the last-resort deadline.
+    @Test func sigtermRightAfterReady_exitsPromptly() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            for round in 0..<8 {
+                let rig = try Rig(databaseURL: conninfo, extra: ["SHUTDOWN_TIMEOUT": "5s"])
+                defer { _ = rig.terminate() }
+                let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+                #expect(ready.contains("READY=1"))
+                try await Task.sleep(for: .milliseconds(round * 3))
+                let clock = ContinuousClock()
+                let started = clock.now
+                #expect(rig.terminate() == 0)
+                let took = clock.now - started
+                #expect(took < .seconds(3), "round \(round): SIGTERM to exit took \(took)")
+                #expect(!rig.log.contains("shutdown deadline passed"), "round \(round) needed the deadline exit")
+            }
+        }
+    }
+
     static func prepare(_ conninfo: String) throws {
         let admin = try PostgresConnection(conninfo: conninfo)
         try TestDatabase.createAPITables(admin)
