@@ -108,8 +108,12 @@ enum AppStoreWiring {
         guard let settings = configuration.appStore else { return nil }
         let appStore = try load(settings, configuration: configuration)
         let http = try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: appStore))
-        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 4)
-        let leaseConnection = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1)
+        // The worker's statement and lock timeouts, per transaction like the pipeline's; durable commits (revocations are money).
+        let timeout = configuration.databaseStatementTimeout
+        let database = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 4,
+                                      settings: .worker(statementTimeout: timeout, lockTimeout: Supervisor.lockTimeout, asynchronousCommit: false),
+                                      queryDeadline: timeout + timeout / 2)
+        let leaseConnection = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1, queryDeadline: timeout + timeout / 2)
         let rechecker = EntitlementRechecker(configuration: appStore, database: database, leaseConnection: leaseConnection, http: http,
                                              logger: logger.child(label: "appstore"), metrics: metrics)
         return AppStoreParts(rechecker: rechecker, http: http, database: database, leaseConnection: leaseConnection)
