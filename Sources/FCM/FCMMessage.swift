@@ -24,18 +24,27 @@ public enum FCMMessage {
         func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
         func string(_ value: String) {
             out.append(0x22)
-            for byte in value.utf8 {
-                switch byte {
-                case 0x22: out.append(0x5C); out.append(0x22)
-                case 0x5C: out.append(0x5C); out.append(0x5C)
-                case 0x0A: out.append(0x5C); out.append(0x6E)
-                case 0x0D: out.append(0x5C); out.append(0x72)
-                case 0x09: out.append(0x5C); out.append(0x74)
-                case 0x00..<0x20:
-                    let hex = Array("0123456789abcdef".utf8)
-                    out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]])
-                default: out.append(byte)
+            var value = value
+            value.withUTF8 { bytes in
+                // Runs that need no escape (nearly every value) are copied whole.
+                var runStart = 0
+                for (index, byte) in bytes.enumerated() where byte == 0x22 || byte == 0x5C || byte < 0x20 {
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                    runStart = index + 1
+                    switch byte {
+                    case 0x22: out.append(0x5C); out.append(0x22)
+                    case 0x5C: out.append(0x5C); out.append(0x5C)
+                    case 0x0A: out.append(0x5C); out.append(0x6E)
+                    case 0x0D: out.append(0x5C); out.append(0x72)
+                    case 0x09: out.append(0x5C); out.append(0x74)
+                    default:
+                        let hex: StaticString = "0123456789abcdef"
+                        hex.withUTF8Buffer { digits in
+                            out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
+                        }
+                    }
                 }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
             }
             out.append(0x22)
         }

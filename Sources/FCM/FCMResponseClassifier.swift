@@ -109,10 +109,12 @@ public enum FCMResponseClassifier {
     /// when it has that exact shape (no escapes); nil sends the caller to the full parser.
     private static let nameKey = Array(#""name""#.utf8)
 
-    static func fastName(_ body: [UInt8]) -> String? {
-        guard body.count < 512, let start = body.firstRange(of: nameKey)?.upperBound else { return nil }
+    package static func fastName(_ body: [UInt8]) -> String? {
+        guard body.count < 512, let start = firstIndex(after: nameKey, in: body) else { return nil }
         var index = start
-        func skipSpace() { while index < body.count, [0x20, 0x0A, 0x0D, 0x09].contains(body[index]) { index += 1 } }
+        func skipSpace() {
+            while index < body.count, body[index] == 0x20 || body[index] == 0x0A || body[index] == 0x0D || body[index] == 0x09 { index += 1 }
+        }
         skipSpace()
         guard index < body.count, body[index] == 0x3A else { return nil }
         index += 1
@@ -124,6 +126,17 @@ public enum FCMResponseClassifier {
         skipSpace()
         guard index < body.count, body[index] == 0x7D else { return nil }
         return String(decoding: body[valueStart..<valueEnd], as: UTF8.self)
+    }
+
+    /// The index just past the first occurrence of `needle` in `haystack` (a plain scan: both are short).
+    private static func firstIndex(after needle: [UInt8], in haystack: [UInt8]) -> Int? {
+        guard let first = needle.first, haystack.count >= needle.count else { return nil }
+        var index = 0
+        while index <= haystack.count - needle.count {
+            if haystack[index] == first, haystack[index..<index + needle.count].elementsEqual(needle) { return index + needle.count }
+            index += 1
+        }
+        return nil
     }
 
     /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3, IMF-fixdate

@@ -6,12 +6,18 @@ import Timekeeping
 /// connection that a transaction-mode pooler hands to another client next (SPEC §3 "Connection poolers").
 public struct TransactionSettings: Sendable, Equatable {
     /// Parameter names and values, applied in this order.
-    public private(set) var values: [(name: String, value: String)]
+    public let values: [(name: String, value: String)]
+    /// `SELECT set_config(…, true), …` for every setting, built once: it goes out with every transaction.
+    let selectStatement: String
 
     /// No settings: a plain `BEGIN`.
     public static let none = TransactionSettings(values: [])
 
-    public init(values: [(name: String, value: String)]) { self.values = values }
+    public init(values: [(name: String, value: String)]) {
+        self.values = values
+        selectStatement = "SELECT " + values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }
+            .joined(separator: ", ")
+    }
 
     /// The settings the worker's own statements run with:
     /// - `statement_timeout`: a statement that runs away (a plan gone wrong, a table bloated) fails
@@ -35,11 +41,6 @@ public struct TransactionSettings: Sendable, Equatable {
     /// `BEGIN` followed by the settings (simple protocol, one round trip).
     var beginStatement: String {
         values.isEmpty ? "BEGIN" : "BEGIN; " + selectStatement
-    }
-
-    /// One `SELECT set_config(…, true), …` for every setting.
-    var selectStatement: String {
-        "SELECT " + values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }.joined(separator: ", ")
     }
 
     private static func literal(_ text: String) -> String {

@@ -123,6 +123,29 @@ struct FCMResponseClassifierTests {
         #expect(long == FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100)))
     }
 
+    @Test func message_escapesEveryValueItCarries() throws {
+        let awkward = "a\"b\\c\nd\re\tf\u{01}g/ü🙂"
+        let push = DoseTakenPush(token: awkward, eventKey: "doseTaken:\(awkward)", patientId: awkward, displayName: awkward,
+                                 date: "2026-02-11", slot: "morning", recordingGroupId: awkward, withinTime: false)
+        let bytes = FCMMessage.json(for: push)
+        #expect(String(decoding: bytes, as: UTF8.self).contains(#"a\"b\\c\nd\re\tf\u0001g/ü🙂"#))
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        let message = try #require(json["message"] as? [String: Any])
+        #expect(message["token"] as? String == awkward)
+        #expect((message["data"] as? [String: String])?["recordingGroupId"] == awkward)
+        #expect((message["notification"] as? [String: String])?["body"] == "\(awkward)さんが薬を服用しました")
+    }
+
+    @Test func successName_readWithoutTheParserOnlyInItsPlainShape() {
+        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"projects/p/messages/1"}"#.utf8)) == "projects/p/messages/1")
+        #expect(FCMResponseClassifier.fastName(Array("{\n  \"name\" :\t\"projects/p/messages/2\"\n}".utf8)) == "projects/p/messages/2")
+        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"a\"b"}"#.utf8)) == nil)
+        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"x","other":1}"#.utf8)) == nil)
+        #expect(FCMResponseClassifier.fastName(Array(#"{"nam"#.utf8)) == nil)
+        #expect(FCMResponseClassifier.fastName([]) == nil)
+        #expect(classify(200, Array(#"{"name":"projects/p/messages/3"}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/3")))
+    }
+
     @Test func serviceAccount_malformedFileNamesTheField() {
         let error = #expect(throws: FCMError.self) {
             _ = try ServiceAccount.parse(Data(#"{"type":"service_account","project_id":"p","token_uri":"https://x/token"}"#.utf8), source: "/etc/sa.json")

@@ -8,14 +8,14 @@ stack_init() {
   PG_BINDIR="$(pg_config --bindir)"
   [[ -x "$PG_BINDIR/initdb" ]] || PG_BINDIR="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
   BUILD_CONFIG="${BUILD_CONFIG:-release}"
-  BIN="$(swift build -c "$BUILD_CONFIG" --show-bin-path)"
+  BIN="$(swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --show-bin-path)"
   PIDS=()
 }
 
 stack_build() {
   echo "building ($BUILD_CONFIG)..." >&2
-  swift build -c "$BUILD_CONFIG" --product medication-worker >&2
-  swift build -c "$BUILD_CONFIG" --product fcm-emulator >&2
+  swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --product medication-worker >&2
+  swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --product fcm-emulator >&2
 }
 
 as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -110,7 +110,7 @@ stack_worker_env() {
 # stack_start_worker NAME [env assignments...]: runs `medication-worker run` in the background; sets WORKER_PID.
 stack_start_worker() {
   local name=$1; shift
-  env "$@" "$BIN/medication-worker" run > "$STACK/$name.log" 2>&1 &
+  env "$@" "${WORKER_BIN:-$BIN/medication-worker}" run > "$STACK/$name.log" 2>&1 &
   WORKER_PID=$!
   PIDS+=("$WORKER_PID")
 }
