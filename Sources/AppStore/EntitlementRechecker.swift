@@ -241,7 +241,7 @@ public final class EntitlementRechecker: Service {
                           metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
             return .revoked
         } else if row.status == "REVOKED" {
-            try await store.record(.restore, id: row.id, interval: configuration.recheckInterval)
+            try await store.record(.restore(), id: row.id, interval: configuration.recheckInterval)
             count("restored")
             restoredTotal.increment()
             logger.notice("entitlement restored (Apple no longer reports a revocation)", metadata: metadata)

@@ -14,12 +14,17 @@ struct EntitlementStore: Sendable {
         var environment: String
         var status: String
         var previousDue: Date?
+        /// When the refund this worker recorded took effect (REVOKED rows this worker revoked).
+        var revokedAt: Date? = nil
     }
 
     /// What a verified answer does to a row.
     enum Verdict: Sendable {
         case revoke(Date, reason: String?)
-        case restore
+        /// A later refund of a row already revoked: only its date moves forward.
+        case revokeLater(Date, reason: String?)
+        /// Back to ACTIVE; with a date, only if the recorded refund is older than it (a reversal of that refund).
+        case restore(reversedAt: Date? = nil)
         case stillActive
     }
 
@@ -79,12 +84,17 @@ struct EntitlementStore: Sendable {
                 SET status = 'REVOKED', "revokedAt" = $3::timestamptz, "revocationReason" = $4, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
                 WHERE id = $1 AND \(Self.eligible)
                 """, [.text(id), .double(interval.asSeconds), .timestamp(date), .optional(reason)])
-        case .restore:
+        case .revokeLater(let date, let reason):
+            try await database.query("""
+                UPDATE "CaregiverEntitlement" SET "revokedAt" = $2::timestamptz, "revocationReason" = $3, "updatedAt" = now()
+                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" < $2::timestamptz
+                """, [.text(id), .timestamp(date), .optional(reason)])
+        case .restore(let reversedAt):
             try await database.query("""
                 UPDATE "CaregiverEntitlement"
                 SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
-                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" IS NOT NULL
-                """, [.text(id), .double(interval.asSeconds)])
+                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND ($3::timestamptz IS NULL OR "revokedAt" < $3::timestamptz)
+                """, [.text(id), .double(interval.asSeconds), reversedAt.map(PostgresValue.timestamp) ?? .null])
         case .stillActive:
             try await database.query("""
                 UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(next) WHERE id = $1 AND status = 'ACTIVE'
@@ -140,7 +150,7 @@ struct EntitlementStore: Sendable {
     /// The row a notification is about, by Apple's original transaction id.
     func row(originalTransactionId: String) async throws -> Claimed? {
         let rows = try await database.query("""
-            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt" IS NOT NULL AS ours
+            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt" IS NOT NULL AS ours, "revokedAt"
             FROM "CaregiverEntitlement" WHERE "originalTransactionId" = $1
             """, [.text(originalTransactionId)])
         guard let row = rows.first else { return nil }
@@ -150,7 +160,8 @@ struct EntitlementStore: Sendable {
         return Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
                        originalTransactionId: try row["originalTransactionId"].string(), transactionId: try row["transactionId"].string(),
                        environment: try row["environment"].string(),
-                       status: status == "REVOKED" && !ours ? "REVOKED_ELSEWHERE" : status, previousDue: nil)
+                       status: status == "REVOKED" && !ours ? "REVOKED_ELSEWHERE" : status, previousDue: nil,
+                       revokedAt: ours ? try row["revokedAt"].date() : nil)
     }
 
     /// Where a notification query resumes: its window and, mid-way, the next page's token.

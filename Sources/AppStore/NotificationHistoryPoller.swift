@@ -185,7 +185,15 @@ public final class NotificationHistoryPoller: Service {
         }
         switch (type, verified.revocationDate) {
         case ("REFUND", let revocation?):
-            guard row.status == "ACTIVE" else { return "unchanged" }
+            guard row.status == "ACTIVE" else {
+                // Refunded again after a reversal (REFUND, REFUND_REVERSED, REFUND): the later refund's date is kept, so the
+                // reversal in between, whichever order the two queries return them in, cannot restore the row.
+                if let recorded = row.revokedAt, revocation > recorded {
+                    try await store.record(.revokeLater(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
+                                           interval: configuration.recheckInterval)
+                }
+                return "unchanged"
+            }
             try await store.record(.revoke(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
                                    interval: configuration.recheckInterval)
             revokedTotal.increment()
@@ -196,8 +204,9 @@ public final class NotificationHistoryPoller: Service {
             // Apple's own transaction says it stands: never revoke on the notification's word alone.
             return "not_revoked"
         case (_, nil):
-            guard row.status == "REVOKED" else { return "unchanged" }
-            try await store.record(.restore, id: row.id, interval: configuration.recheckInterval)
+            // A reversal restores only the refund it came after: one recorded later than it stands.
+            guard row.status == "REVOKED", let recorded = row.revokedAt, recorded < notification.signedDate else { return "unchanged" }
+            try await store.record(.restore(reversedAt: notification.signedDate), id: row.id, interval: configuration.recheckInterval)
             restoredTotal.increment()
             logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)
             return "restored"

@@ -108,10 +108,10 @@ struct ApplePKI: Sendable {
 extension ApplePKI {
     /// A notification's `signedPayload` (ResponseBodyV2DecodedPayload) around a signed transaction.
     func signedNotification(type: String, transaction: String, bundle: String = "jp.example.medication", environment: String = "Production",
-                            chain: [String]? = nil, keyPEM: String? = nil) throws -> String {
+                            chain: [String]? = nil, keyPEM: String? = nil, signedDate: Int64? = nil) throws -> String {
         let payload: [String: Any] = [
             "notificationType": type, "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
-            "signedDate": Int64(Date().timeIntervalSince1970 * 1000),
+            "signedDate": signedDate ?? Int64(Date().timeIntervalSince1970 * 1000),
             "data": ["appAppleId": 1_234_567_890, "bundleId": bundle, "bundleVersion": "1", "environment": environment,
                      "signedTransactionInfo": transaction, "status": 1] as [String: Any],
         ]
