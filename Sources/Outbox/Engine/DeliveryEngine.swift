@@ -147,7 +147,8 @@ public final class DeliveryEngine: Service {
             let seen = wake.current
             if isStopped() { break }
             onProgress()
-            await queue.waitForRoom()
+            // Room for a batch (at most half the high-water mark), so a backlog is claimed in full batches.
+            await queue.waitForRoom(min(configuration.batchSize, queue.highWater / 2))
             if isStopped() { break }
             let limit = min(configuration.batchSize, max(1, queue.highWater - queue.load))
             do {

@@ -8,7 +8,8 @@ final class SendQueue: Sendable {
         var head = 0
         var inFlight = 0
         var stopped = false
-        var roomWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Claimers waiting for room, each with the room it waits for.
+        var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
 
         var load: Int { queued.count - head + inFlight }
 
@@ -58,23 +59,32 @@ final class SendQueue: Sendable {
         }
     }
 
-    /// A taken send is over (answered or skipped): frees its slot and wakes claimers waiting for room.
+    /// A taken send is over (answered or skipped): frees its slot and wakes claimers whose room is there now.
     func release() {
-        let room = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.inFlight -= 1
-            guard state.load < highWater, !state.roomWaiters.isEmpty else { return [] }
-            defer { state.roomWaiters.removeAll() }
-            return state.roomWaiters
+            guard !state.roomWaiters.isEmpty else { return [] }
+            let free = highWater - state.load
+            var ready: [CheckedContinuation<Void, Never>] = []
+            state.roomWaiters.removeAll { waiter in
+                guard waiter.room <= free else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
         }
-        for waiter in room { waiter.resume() }
+        for waiter in ready { waiter.resume() }
     }
 
-    /// Returns when queued + in-flight drops below the high-water mark (or at once if it is, or on stop).
-    func waitForRoom() async {
+    /// Returns when queued + in-flight leaves at least `room` below the high-water mark (or at once if it
+    /// does, or on stop). Waiting for a batch's worth of room, rather than any room, keeps claims full-sized
+    /// under a backlog: fewer, larger transactions for the same work.
+    func waitForRoom(_ room: Int = 1) async {
+        let room = min(max(1, room), highWater)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
-                if state.stopped || state.load < highWater { return true }
-                state.roomWaiters.append(continuation)
+                if state.stopped || state.load + room <= highWater { return true }
+                state.roomWaiters.append((room, continuation))
                 return false
             }
             if now { continuation.resume() }
@@ -89,7 +99,7 @@ final class SendQueue: Sendable {
             state.queued.removeAll()
             state.head = 0
             defer { state.roomWaiters.removeAll() }
-            return (unsent, state.roomWaiters)
+            return (unsent, state.roomWaiters.map(\.continuation))
         }
         for waiter in room { waiter.resume() }
         return unsent
