@@ -140,7 +140,7 @@ struct NotificationHistoryTests {
             defer { rig.stop() }
             let pki = ApplePKI.shared
             // Inside the test chain's validity (it starts now): an hour apart, from a minute from now.
-            let day: Int64 = 3_600_000, first = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
+            let step: Int64 = 3_600_000, first = Int64(Date().timeIntervalSince1970 * 1000) + 60_000
             func refund(_ id: String, at millis: Int64) throws -> String {
                 try pki.signedNotification(type: "REFUND", transaction: try pki.signedTransaction(
                     ApplePKI.payload(transactionId: id, original: id, revocationDate: millis, revocationReason: 1)), signedDate: millis)
@@ -155,25 +155,25 @@ struct NotificationHistoryTests {
             try await R.insert(rig.db, id: "newest-first", transaction: "7810000002")
             try await R.insert(rig.db, id: "reversed-once", transaction: "7810000003")
             rig.production.record("REFUND", signedPayload: try refund("7810000001", at: first))
-            rig.production.record("REFUND", signedPayload: try refund("7810000001", at: first + 2 * day))
-            rig.production.record("REFUND", signedPayload: try refund("7810000002", at: first + 2 * day))
+            rig.production.record("REFUND", signedPayload: try refund("7810000001", at: first + 2 * step))
+            rig.production.record("REFUND", signedPayload: try refund("7810000002", at: first + 2 * step))
             rig.production.record("REFUND", signedPayload: try refund("7810000002", at: first))
             rig.production.record("REFUND", signedPayload: try refund("7810000003", at: first))
             for id in ["7810000001", "7810000002", "7810000003"] {
-                rig.production.record("REFUND_REVERSED", signedPayload: try reversal(id, at: first + day))
+                rig.production.record("REFUND_REVERSED", signedPayload: try reversal(id, at: first + step))
             }
             let summary = try await #require(rig.rechecker.history).pollOnce()
             #expect(summary.verdicts == ["revoked": 3, "unchanged": 4, "restored": 1])
             for id in ["in-order", "newest-first"] {
                 let row = try await R.row(rig.db, id)
                 #expect(row.status == "REVOKED", "\(id)")
-                #expect(row.revokedAtMillis == first + 2 * day, "\(id): the later refund's date is kept")
+                #expect(row.revokedAtMillis == first + 2 * step, "\(id): the later refund's date is kept")
             }
             #expect(try await R.row(rig.db, "reversed-once").status == "ACTIVE")
             // Read again (the overlap): every row ends where it was.
             _ = try await #require(rig.rechecker.history).pollOnce()
             #expect(try await R.row(rig.db, "in-order").status == "REVOKED")
-            #expect(try await R.row(rig.db, "newest-first").revokedAtMillis == first + 2 * day)
+            #expect(try await R.row(rig.db, "newest-first").revokedAtMillis == first + 2 * step)
             #expect(try await R.row(rig.db, "reversed-once").status == "ACTIVE")
         }
     }
