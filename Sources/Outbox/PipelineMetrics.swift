@@ -13,6 +13,10 @@ struct PipelineMetrics: Sendable {
     private let deliveries: [Counter]
     /// `push_outbox_processed_total` by the statuses a settlement writes, looked up once.
     private let processed: [String: Counter]
+    /// `push_outcomes_unwritten`: answered sends whose outcome is not yet written (at most `MAX_IN_FLIGHT`).
+    let unwritten: Gauge
+    /// `push_completer_flush_seconds`: one completer transaction, from its start to its commit.
+    private let flushDuration: Histogram
 
     init(_ registry: MetricsRegistry) {
         self.registry = registry
@@ -23,7 +27,14 @@ struct PipelineMetrics: Sendable {
         var processed: [String: Counter] = [:]
         for status in ["PENDING", "DONE", "DEAD", "EXPIRED"] { processed[status] = Self.processedCounter(registry, status) }
         self.processed = processed
+        unwritten = registry.gauge("push_outcomes_unwritten",
+                                   help: "Sends FCM answered whose outcome is not yet written to the database (bounded by MAX_IN_FLIGHT).")
+        flushDuration = registry.histogram("push_completer_flush_seconds",
+                                           help: "Time to write one batch of delivery outcomes and settlements (one transaction).",
+                                           buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
     }
+
+    func flushed(seconds: Double) { flushDuration.observe(seconds) }
 
     private static func processedCounter(_ registry: MetricsRegistry, _ status: String) -> Counter {
         registry.counter("push_outbox_processed_total", help: "Outbox events that reached a state after processing, by status.",

@@ -39,6 +39,12 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
             || (sqlState?.hasPrefix("08") ?? false) || sqlState == "57P01" || sqlState == "57P02" || sqlState == "57P03"
     }
 
+    /// True when the same statement may succeed if simply run again: a deadlock or serialization failure
+    /// (40P01, 40001) or a lock wait that timed out (55P03). Nothing about the statement itself was wrong.
+    public var isTransient: Bool {
+        sqlState == "40P01" || sqlState == "40001" || sqlState == "55P03"
+    }
+
     public var description: String {
         var text = "postgres \(code)"
         if let sqlState { text += " [\(sqlState)]" }

@@ -8,7 +8,6 @@ import Postgres
 /// the reason and the others go on.
 struct Claimer: Sendable {
     let store: OutboxStore
-    let ledger: EventLedger
     let dispatcher: Dispatcher
     let completer: Completer
     let configuration: DeliveryEngineConfiguration
@@ -84,7 +83,7 @@ struct Claimer: Sendable {
         "fan-out refused by the database: SQLSTATE \(error.sqlState ?? "?"): \(error.message.prefix(300))"
     }
 
-    /// Opens one ledger group per eventKey and queues its sends.
+    /// Opens one group per eventKey and queues its sends.
     private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery]) {
         var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
         var order: [String] = []
@@ -100,11 +99,8 @@ struct Claimer: Sendable {
         for key in order {
             let members = groups[key]!
             let deliveries = deliveriesByKey[key] ?? []
-            let id = ledger.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries)
-            guard !deliveries.isEmpty else {
-                if let group = ledger.take(id) { completer.settle(group) }
-                continue
-            }
+            let id = dispatcher.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries)
+            guard !deliveries.isEmpty else { continue }
             let event = members[0].event
             let name = members[0].claim.displayName ?? ""
             for delivery in deliveries {

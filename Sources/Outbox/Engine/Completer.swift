@@ -1,78 +1,102 @@
 import FCM
 import Foundation
+import Lifecycle
 import Logging
 import Postgres
 import Synchronization
+import Timekeeping
 
-/// Writes what the pipeline learned, in batches: delivery results as FCM answers them, and each
-/// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle
-/// writer flushes `completerFlushDelay` after the first item, or at once at `completerFlushCount`
-/// items; items arriving during a write go into the next one, written as soon as that one ends.
+/// Writes what the pipeline learned, in bounded batches: delivery outcomes as FCM answers them, and each
+/// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle writer
+/// flushes `completerFlushDelay` after the first item unless a batch's worth is already there; items arriving
+/// during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
+/// answered delivery holds a send slot until its flush is over, so the buffer never outgrows `MAX_IN_FLIGHT`
+/// outcomes plus the settlements and releases that go with them.
 final class Completer: Sendable {
+    /// One buffered write and what it confirms to the engine's books once written.
+    struct Entry: Sendable {
+        var completion: OutboxStore.Completion
+        var receipt = EngineStateMachine.Receipt()
+        /// A dead token's device and reason, for the disabled-device metric.
+        var disabling: (device: String, reason: String)?
+    }
+
     private struct State {
-        var buffer = OutboxStore.Completion()
-        /// Reasons of dead tokens in the buffer, for the disabled-device metric.
-        var disableReasons: [String: String] = [:]
+        var entries: [Entry] = []
+        var buffered = 0
         var waiter: CheckedContinuation<Void, Never>?
         var closed = false
+
+        /// Takes entries in order up to `limit` items (at least one entry).
+        mutating func take(upTo limit: Int) -> [Entry] {
+            var count = 0
+            var taken = 0
+            while taken < entries.count, taken == 0 || count + entries[taken].completion.count <= limit {
+                count += entries[taken].completion.count
+                taken += 1
+            }
+            buffered -= count
+            defer { entries.removeFirst(taken) }
+            return Array(entries.prefix(taken))
+        }
     }
 
     private let store: OutboxStore
-    private let ledger: EventLedger
     private let configuration: DeliveryEngineConfiguration
     private let metrics: PipelineMetrics
     private let logger: Logger
+    private let stop: StopSignal
+    /// Failed attempts after which a write is given up while running (nil: only at the stop deadline).
+    private let maxWriteAttempts: Int?
     private let onSettled: @Sendable () -> Void
     private let state = Mutex(State())
+    /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
+    private let eagerCount: Int
 
-    init(store: OutboxStore, ledger: EventLedger, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics,
-         logger: Logger, onSettled: @escaping @Sendable () -> Void) {
+    init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
+         stop: StopSignal, maxWriteAttempts: Int? = nil, onSettled: @escaping @Sendable () -> Void) {
         self.store = store
-        self.ledger = ledger
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
+        self.stop = stop
+        self.maxWriteAttempts = maxWriteAttempts
         self.onSettled = onSettled
+        eagerCount = max(1, min(configuration.completerFlushCount, configuration.maxInFlight / 2))
     }
+
+    /// Items buffered and not yet taken by a flush.
+    var buffered: Int { state.withLock { $0.buffered } }
 
     // MARK: Producers
 
-    /// A send was answered: record the delivery, and settle its event if it was the last one.
-    func record(_ send: PendingSend, _ outcome: SendOutcome) {
-        if case .notSent = outcome {
-            skipped(send)
-            return
+    /// Buffers the writes among a transition's actions, in their order. Called while the engine's books are
+    /// locked, so an event's settlement is always buffered after the outcomes of its deliveries.
+    func accept(_ actions: [EngineStateMachine.Action]) {
+        var entries: [Entry] = []
+        for action in actions {
+            switch action {
+            case .send:
+                continue
+            case .record(let send, let outcome):
+                var entry = Entry(completion: OutboxStore.Completion(deliveries: [DeliveryResult(delivery: send.delivery, outcome: outcome)]),
+                                  receipt: .init(deliveries: [.init(group: send.group, delivery: send.delivery.id)]))
+                if case .tokenInvalid(let reason) = outcome { entry.disabling = (send.delivery.deviceId, reason) }
+                entries.append(entry)
+            case .release(let send):
+                entries.append(Entry(completion: OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)])))
+            case .settle(let id, let group):
+                entries.append(Entry(completion: settlement(of: group), receipt: .init(groups: [id])))
+            }
         }
-        report(send, outcome)
-        var completion = OutboxStore.Completion(deliveries: [DeliveryResult(delivery: send.delivery, outcome: outcome)])
-        if let group = ledger.close(send.group, delivery: send.delivery.id, .answered(outcome)) {
-            completion.append(settlement(of: group))
-        }
-        var reason: String?
-        if case .tokenInvalid(let why) = outcome { reason = why }
-        add(completion, disabling: reason.map { (send.delivery.deviceId, $0) })
-    }
-
-    /// A queued send was never started (stop, lost lease): its lease is given back.
-    func skipped(_ send: PendingSend) {
-        var completion = OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)])
-        if let group = ledger.close(send.group, delivery: send.delivery.id, .notSent) { completion.append(settlement(of: group)) }
-        add(completion)
-    }
-
-    /// A send cancelled at the stop deadline: nothing is written for the delivery (its lease stays).
-    func abandoned(_ send: PendingSend) {
-        if let group = ledger.close(send.group, delivery: send.delivery.id, .abandoned) { add(settlement(of: group)) }
+        add(entries)
     }
 
     /// Events decided without sending (bad input → DEAD, too old → EXPIRED).
     func finish(_ events: [FinishedEvent]) {
         guard !events.isEmpty else { return }
-        add(OutboxStore.Completion(finished: events))
+        add([Entry(completion: OutboxStore.Completion(finished: events))])
     }
-
-    /// Settles a group taken from the ledger (no deliveries, or the stop deadline passed).
-    func settle(_ group: EventLedger.Group) { add(settlement(of: group)) }
 
     /// No more items will come: `run` writes what is buffered and returns.
     func close() {
@@ -84,34 +108,8 @@ final class Completer: Sendable {
         waiter?.resume()
     }
 
-    private func settlement(of group: EventLedger.Group) -> OutboxStore.Completion {
-        if group.lost {
-            // Another instance owns these events now: writing anything would be refused by the lease guard anyway.
-            return OutboxStore.Completion()
-        }
-        if group.unsent || group.abandoned {
-            return OutboxStore.Completion(releasedEvents: group.events.map { ($0.id, $0.lease) })
-        }
-        let settlements = group.events.map { event in
-            EventSettlement(id: event.id, eventKey: group.eventKey, lease: event.lease,
-                            retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts), group.retryFloor),
-                            error: group.retryReason)
-        }
-        return OutboxStore.Completion(settlements: settlements)
-    }
-
-    private func add(_ completion: OutboxStore.Completion, disabling: (device: String, reason: String)? = nil) {
-        guard !completion.isEmpty else { return }
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.buffer.append(completion)
-            if let disabling { state.disableReasons[disabling.device] = disabling.reason }
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    private func report(_ send: PendingSend, _ outcome: SendOutcome) {
+    /// Logs and counts an answer (outside the engine's lock).
+    func report(_ send: PendingSend, _ outcome: SendOutcome) {
         switch outcome {
         case .sent:
             metrics.delivered(.sent)
@@ -129,6 +127,33 @@ final class Completer: Sendable {
         }
     }
 
+    private func settlement(of group: EngineStateMachine.Group) -> OutboxStore.Completion {
+        if group.lost {
+            // Another instance owns these events now: writing anything would be refused by the lease guard anyway.
+            return OutboxStore.Completion()
+        }
+        if group.unsent || group.abandoned {
+            return OutboxStore.Completion(releasedEvents: group.events.map { ($0.id, $0.lease) })
+        }
+        let settlements = group.events.map { event in
+            EventSettlement(id: event.id, eventKey: group.eventKey, lease: event.lease,
+                            retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts), group.retryFloor),
+                            error: group.retryReason)
+        }
+        return OutboxStore.Completion(settlements: settlements)
+    }
+
+    private func add(_ entries: [Entry]) {
+        guard !entries.isEmpty else { return }
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            for entry in entries { state.buffered += entry.completion.count }
+            state.entries += entries
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
     private func metadata(_ send: PendingSend, _ reason: String) -> LogMetadata {
         ["outbox.event_key": send.delivery.eventKey, "device.id": send.delivery.deviceId,
          "device.token": Redact.token(send.delivery.token), "fcm.error": reason]
@@ -136,18 +161,27 @@ final class Completer: Sendable {
 
     // MARK: The writer
 
-    /// Flushes until closed and empty. Lingers `completerFlushDelay` only when the first item arrives at an
-    /// idle writer (to gather a batch); items that piled up during a write are flushed at once.
-    func run() async {
+    /// Flushes until closed and empty, reporting each flush's receipt to `written` (done, refused item by item,
+    /// or given up at the stop deadline), which frees the slots its deliveries held. Lingers
+    /// `completerFlushDelay` only when the first item arrives at an idle writer and less than a batch is there.
+    func run(written: @Sendable (EngineStateMachine.Receipt) -> Void) async {
         while true {
             guard let parked = await waitForItems() else { return }
-            let full = state.withLock { $0.buffer.count >= configuration.completerFlushCount || $0.closed }
-            if parked && !full { try? await Task.sleep(for: configuration.completerFlushDelay) }
-            let (batch, reasons) = state.withLock { state -> (OutboxStore.Completion, [String: String]) in
-                defer { state.buffer = OutboxStore.Completion(); state.disableReasons.removeAll(keepingCapacity: true) }
-                return (state.buffer, state.disableReasons)
+            let eager = state.withLock { $0.buffered >= eagerCount || $0.closed }
+            if parked && !eager { try? await Task.sleep(for: configuration.completerFlushDelay) }
+            let entries = state.withLock { $0.take(upTo: configuration.completerFlushCount) }
+            var batch = OutboxStore.Completion()
+            var receipt = EngineStateMachine.Receipt()
+            var reasons: [String: String] = [:]
+            for entry in entries {
+                batch.append(entry.completion)
+                receipt.append(entry.receipt)
+                if let disabling = entry.disabling { reasons[disabling.device] = disabling.reason }
             }
+            let started = ContinuousClock.now
             await write(batch, disableReasons: reasons)
+            metrics.flushed(seconds: (ContinuousClock.now - started).asSeconds)
+            written(receipt)
         }
     }
 
@@ -157,7 +191,7 @@ final class Completer: Sendable {
         var parked = false
         while true {
             let ready = state.withLock { state -> Bool? in
-                if !state.buffer.isEmpty { return true }
+                if !state.entries.isEmpty { return true }
                 return state.closed ? false : nil
             }
             if let ready { return ready ? parked : nil }
@@ -165,7 +199,7 @@ final class Completer: Sendable {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 // Park until `add` or `close`; re-checked under the lock so no wake-up is lost.
                 let waiting = state.withLock { state -> Bool in
-                    guard state.buffer.isEmpty, !state.closed else { return false }
+                    guard state.entries.isEmpty, !state.closed else { return false }
                     state.waiter = continuation
                     return true
                 }
@@ -174,25 +208,32 @@ final class Completer: Sendable {
         }
     }
 
-    /// One transaction for the batch. A database outage is ridden out (results that cannot be written mean
-    /// duplicate pushes later); a statement the server refuses is retried item by item so one bad row
+    /// Waits after consecutive failed writes: 250 ms, 500 ms, … 5 s.
+    static let retryBackoff = Backoff(base: .milliseconds(250), cap: .seconds(5))
+
+    /// One transaction for the batch. A database outage is ridden out for as long as the engine runs (answered
+    /// work keeps its slots and leases meanwhile, so nothing new is sent and nothing is re-sent); it is given up
+    /// only once the stop deadline has passed, when the leases expire and the work is retried. A deadlock with
+    /// another writer is retried whole; a statement the server refuses is retried item by item so one bad row
     /// cannot hold the others back.
     private func write(_ batch: OutboxStore.Completion, disableReasons: [String: String]) async {
+        guard !batch.isEmpty else { return }
         var attempt = 0
         while true {
             do {
                 let summary = try await store.complete(batch, maxAttempts: configuration.maxAttempts)
+                if attempt > 0 { logger.notice("delivery results recorded again", metadata: ["outbox.items": "\(batch.count)"]) }
                 afterWrite(summary, disableReasons: disableReasons)
                 return
-            } catch let error as PostgresError where error.isConnectionError {
+            } catch let error as PostgresError where error.isConnectionError || error.isTransient {
                 attempt += 1
                 if attempt == 1 { logger.warning("cannot record delivery results; retrying", metadata: ["error": "\(error)"]) }
-                if attempt >= 40 {
+                if stop.deadlinePassed || attempt >= maxWriteAttempts ?? .max {
                     logger.error("gave up recording delivery results: leases expire and the work is retried",
                                  metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
                     return
                 }
-                try? await Task.sleep(for: .milliseconds(250))
+                try? await Task.sleep(for: Self.retryBackoff.delay(afterAttempt: attempt))
             } catch {
                 guard batch.count > 1 else {
                     logger.error("a result was refused by the database", metadata: ["error": "\(error)"])
@@ -205,6 +246,8 @@ final class Completer: Sendable {
                     }
                     return
                 }
+                logger.notice("a batch of results was refused; writing them one at a time",
+                              metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
                 for single in batch.singles { await write(single, disableReasons: disableReasons) }
                 return
             }
@@ -217,12 +260,10 @@ final class Completer: Sendable {
             metrics.tokenDisabled(reason)
             logger.notice("device disabled", metadata: ["device.id": device, "fcm.error": reason])
         }
-        var settled = false
         for (id, status) in summary.eventStatuses {
             metrics.eventFinished(status)
             if status == "DEAD" { logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"]) }
-            if status != "PENDING" { settled = true }
         }
-        if settled || !summary.eventStatuses.isEmpty { onSettled() }
+        if !summary.eventStatuses.isEmpty { onSettled() }
     }
 }

@@ -74,19 +74,17 @@ public final class DeliveryEngine: Service {
     }
 
     private func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
-        let ledger = EventLedger()
-        let queue = SendQueue(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
+        let book = EngineBook(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor,
+                              unwrittenGauge: metrics.unwritten)
         let wake = self.wake
-        let completer = Completer(store: store, ledger: ledger, configuration: configuration, metrics: metrics,
-                                  logger: logger, onSettled: { wake.wake() })
-        let dispatcher = Dispatcher(queue: queue, ledger: ledger, completer: completer, sender: sender, stop: stop,
-                                    onProgress: onProgress)
-        let claimer = Claimer(store: store, ledger: ledger, dispatcher: dispatcher, completer: completer,
-                              configuration: configuration, logger: logger)
-        let heartbeat = LeaseHeartbeat(store: store, ledger: ledger, configuration: configuration, logger: logger)
+        let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop,
+                                  maxWriteAttempts: untilIdle ? 40 : nil, onSettled: { wake.wake() })
+        let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, onProgress: onProgress)
+        let claimer = Claimer(store: store, dispatcher: dispatcher, completer: completer, configuration: configuration, logger: logger)
+        let heartbeat = LeaseHeartbeat(store: store, book: book, configuration: configuration, logger: logger)
         let finished = WakeSignal()
 
-        async let written: Void = completer.run()
+        async let written: Void = completer.run(written: { dispatcher.written($0) })
         async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
                                                    isStopped: { finished.current > 0 })
         let claimers = max(1, configuration.claimers)
@@ -99,7 +97,7 @@ public final class DeliveryEngine: Service {
             }
             for _ in 0..<claimers {
                 loops.addTask {
-                    await self.claimLoop(claimer, queue: queue, ledger: ledger, untilIdle: untilIdle, isStopped: { stop.isRequested })
+                    await self.claimLoop(claimer, book: book, untilIdle: untilIdle, isStopped: { stop.isRequested })
                 }
             }
             var total = 0
@@ -112,24 +110,21 @@ public final class DeliveryEngine: Service {
             loops.cancelAll()
             return total
         }
-        // Stop: nothing new is sent; sends in flight are awaited until the deadline, then cancelled (their
-        // outcome is unknown: their deliveries keep their lease, FCM may have them).
-        for send in queue.stop() { completer.skipped(send) }
+        // Stop: nothing new is sent (queued work is released); sends in flight are awaited until the deadline, then
+        // cancelled (their outcome is unknown: their deliveries keep their lease, FCM may have them). Every answered
+        // outcome is written before the writer returns; the heartbeat keeps their leases until then.
+        dispatcher.pump()
         sender.cancelWaiting()
-        await waitForInFlight(queue, until: { stop.deadlinePassed })
-        if queue.inFlight > 0 {
+        await waitForSends(book, until: { stop.deadlinePassed })
+        if book.sending > 0 {
             dispatcher.abandonInFlight()
             let grace = ContinuousClock.now + .seconds(2)
-            await waitForInFlight(queue, until: { ContinuousClock.now >= grace })
+            await waitForSends(book, until: { ContinuousClock.now >= grace })
         }
-        for group in ledger.takeAll() {
-            var group = group
-            group.abandoned = true
-            completer.settle(group)
-        }
-        finished.wakeAll()
+        dispatcher.abandonRemaining()
         completer.close()
         await written
+        finished.wakeAll()
         await heartbeats
         return claimed
     }
@@ -138,7 +133,7 @@ public final class DeliveryEngine: Service {
     static let claimBackoff = Backoff(base: .milliseconds(200), cap: .seconds(5))
 
     /// Claims whenever there is room, woken by NOTIFY, freed capacity, settled events and the poll.
-    private func claimLoop(_ claimer: Claimer, queue: SendQueue, ledger: EventLedger, untilIdle: Bool,
+    private func claimLoop(_ claimer: Claimer, book: EngineBook, untilIdle: Bool,
                            isStopped: @Sendable () -> Bool) async -> Int {
         var total = 0
         var failures = 0
@@ -148,17 +143,17 @@ public final class DeliveryEngine: Service {
             if isStopped() { break }
             onProgress()
             // Room for a batch (at most half the high-water mark), so a backlog is claimed in full batches.
-            await queue.waitForRoom(min(configuration.batchSize, queue.highWater / 2))
+            await book.waitForRoom(min(configuration.batchSize, book.highWater / 2))
             if isStopped() { break }
-            let limit = min(configuration.batchSize, max(1, queue.highWater - queue.load))
+            let limit = min(configuration.batchSize, max(1, book.highWater - book.load))
             do {
                 let claimed = try await claimer.claim(limit: limit)
                 total += claimed
                 failures = 0
                 if claimed == limit { continue }
                 if untilIdle {
-                    if claimed == 0 && ledger.count == 0 { break }
-                    await ledger.waitUntilEmpty()
+                    if claimed == 0 && book.groupCount == 0 { break }
+                    await book.waitUntilIdle()
                     continue
                 }
                 await wake.wait(after: seen, timeout: configuration.pollInterval)
@@ -177,8 +172,8 @@ public final class DeliveryEngine: Service {
     }
 
     /// Waits until no send is in flight, or until `until` says to give up (checked every few milliseconds).
-    private func waitForInFlight(_ queue: SendQueue, until: () -> Bool) async {
-        while queue.inFlight > 0 && !until() {
+    private func waitForSends(_ book: EngineBook, until: () -> Bool) async {
+        while book.sending > 0 && !until() {
             try? await Task.sleep(for: .milliseconds(5))
         }
     }

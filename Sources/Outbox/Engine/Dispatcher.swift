@@ -2,9 +2,10 @@ import FCM
 import Lifecycle
 import Synchronization
 
-/// Starts each queued send as soon as a slot is free; each frees its slot when answered and
-/// starts the next. Driven by callbacks, not tasks: the answer is recorded on the thread it
-/// arrives on, so a send costs no task and no thread hop of its own.
+/// Carries out what the engine's state machine decides: starts sends while slots are free, hands
+/// answers, releases and settlements to the completer, and frees slots once outcomes are written.
+/// Driven by callbacks, not tasks: an answer is booked on the thread it arrives on, so a send costs
+/// no task and no thread hop of its own.
 final class Dispatcher: Sendable {
     private struct Pumping {
         var active = false
@@ -12,27 +13,34 @@ final class Dispatcher: Sendable {
         var abandoning = false
     }
 
-    private let queue: SendQueue
-    private let ledger: EventLedger
+    let book: EngineBook
     private let completer: Completer
     private let sender: any PushSender
     private let stop: StopSignal
     private let onProgress: @Sendable () -> Void
     private let pumping = Mutex(Pumping())
 
-    init(queue: SendQueue, ledger: EventLedger, completer: Completer, sender: any PushSender, stop: StopSignal,
+    init(book: EngineBook, completer: Completer, sender: any PushSender, stop: StopSignal,
          onProgress: @escaping @Sendable () -> Void) {
-        self.queue = queue
-        self.ledger = ledger
+        self.book = book
         self.completer = completer
         self.sender = sender
         self.stop = stop
         self.onProgress = onProgress
     }
 
-    /// Queues sends and starts as many as slots allow.
+    /// Starts holding a claimed group; one without deliveries is settled at once.
+    func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery]) -> EventGroupID {
+        book.transition { machine in
+            let (id, actions) = machine.open(events: events, eventKey: eventKey, deliveries: deliveries)
+            completer.accept(actions)
+            return id
+        }
+    }
+
+    /// Queues sends of opened groups and starts as many as slots allow.
     func enqueue(_ sends: [PendingSend]) {
-        queue.enqueue(sends)
+        run { $0.enqueue(sends) }
         pump()
     }
 
@@ -46,19 +54,9 @@ final class Dispatcher: Sendable {
         }
         guard begin else { return }
         while true {
-            while let send = queue.take() {
-                if stop.isRequested {
-                    // Stopping: nothing new is sent; the delivery's lease is given back.
-                    completer.skipped(send)
-                    queue.release()
-                } else if !ledger.isSendable(send) {
-                    // The lease was taken over: another instance owns this delivery now.
-                    _ = ledger.close(send.group, delivery: send.delivery.id, .notSent)
-                    queue.release()
-                } else {
-                    sender.start(send.push) { [self] outcome in answered(send, outcome) }
-                }
-            }
+            // Stopping: nothing new is sent; queued deliveries' leases are given back.
+            if stop.isRequested { run { $0.stop() } }
+            while run({ $0.next() }) {}
             let done = pumping.withLock { state -> Bool in
                 if state.again { state.again = false; return false }
                 state.active = false
@@ -68,15 +66,9 @@ final class Dispatcher: Sendable {
         }
     }
 
-    private func answered(_ send: PendingSend, _ outcome: SendOutcome) {
-        if case .retry = outcome, pumping.withLock({ $0.abandoning }) {
-            // Cancelled at the stop deadline: FCM may have it, so its lease is kept (no re-send before it expires).
-            completer.abandoned(send)
-        } else {
-            completer.record(send, outcome)
-        }
-        queue.release()
-        onProgress()
+    /// A flush is over: its deliveries free their slots, so more sends may start.
+    func written(_ receipt: EngineStateMachine.Receipt) {
+        book.transition { $0.written(receipt) }
         pump()
     }
 
@@ -84,5 +76,33 @@ final class Dispatcher: Sendable {
     func abandonInFlight() {
         pumping.withLock { $0.abandoning = true }
         sender.cancelInFlight()
+    }
+
+    /// The abandoned sends' grace is over: every group not yet ended ends as abandoned.
+    func abandonRemaining() {
+        run { $0.abandonRemaining() }
+    }
+
+    private func answered(_ send: PendingSend, _ outcome: SendOutcome) {
+        let abandoning = pumping.withLock { $0.abandoning }
+        completer.report(send, outcome)
+        run { $0.answered(send, outcome, abandoning: abandoning) }
+        onProgress()
+        pump()  // an answer that writes nothing (never sent, abandoned) frees its slot at once
+    }
+
+    /// One transition: its writes are buffered under the books' lock (so they keep the machine's order),
+    /// its sends are started after it. Returns whether it produced any action.
+    @discardableResult
+    private func run(_ transition: (inout EngineStateMachine) -> [EngineStateMachine.Action]) -> Bool {
+        let actions = book.transition { machine in
+            let actions = transition(&machine)
+            completer.accept(actions)
+            return actions
+        }
+        for case .send(let send) in actions {
+            sender.start(send.push) { [self] outcome in answered(send, outcome) }
+        }
+        return !actions.isEmpty
     }
 }

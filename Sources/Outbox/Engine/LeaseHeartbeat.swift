@@ -1,12 +1,13 @@
 import Foundation
 import Logging
 
-/// Extends the leases of events and deliveries still in progress, every third of the lease, so a
-/// long send queue never lets another instance take over work this one is still sending. What
-/// could not be extended (taken over, finished elsewhere) is marked lost and is not sent.
+/// Extends the leases of events and deliveries still held, every third of the lease: queued, in flight,
+/// and answered but not yet written. So neither a long send queue nor a slow database lets another
+/// instance (or this one) claim work this one has sent. What could not be extended (taken over,
+/// finished elsewhere) is marked lost and is not sent.
 struct LeaseHeartbeat: Sendable {
     let store: OutboxStore
-    let ledger: EventLedger
+    let book: EngineBook
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
 
@@ -24,12 +25,15 @@ struct LeaseHeartbeat: Sendable {
 
     /// One extension of every lease held.
     func beat() async {
-        let held = ledger.heldLeases()
+        let held = book.transition { $0.heldLeases() }
         guard !held.events.isEmpty || !held.deliveries.isEmpty else { return }
         do {
             let kept = try await store.extendLeases(events: held.events, deliveries: held.deliveries, lease: configuration.lease)
-            let lost = ledger.markLost(checkedEvents: held.events.map(\.id), keptEvents: kept.events,
-                                       checkedDeliveries: held.deliveries.map(\.id), keptDeliveries: kept.deliveries)
+            // Keyed by lease too: a row written meanwhile and claimed again by this instance holds a new lease.
+            let lostEvents = Set(held.events.filter { !kept.events.contains($0.id) }.map { EngineStateMachine.Held(id: "\($0.id)", lease: $0.lease) })
+            let lostDeliveries = Set(held.deliveries.filter { !kept.deliveries.contains($0.id) }.map { EngineStateMachine.Held(id: $0.id, lease: $0.lease) })
+            let lost = lostEvents.isEmpty && lostDeliveries.isEmpty
+                ? 0 : book.transition { $0.markLost(events: lostEvents, deliveries: lostDeliveries) }
             if lost > 0 {
                 logger.warning("lease lost for events still in progress; their unsent deliveries are dropped",
                                metadata: ["outbox.lost": "\(lost)"])

@@ -1,0 +1,316 @@
+import FCM
+
+/// The delivery engine's bookkeeping as one value: which events this instance holds, and where each
+/// of their deliveries is (queued → sending → answered-unwritten → written). Its methods change the
+/// state and return the actions to take; it does no I/O, so every transition is testable without a
+/// database or network (the shape of postgres-nio's `ListenStateMachine`). The SQL stays the final,
+/// lease-guarded judge; this machine only decides what to ask of it and when.
+///
+/// Load: a send holds one of `slots` (`MAX_IN_FLIGHT`) from its start until its outcome is *written*,
+/// not merely answered. So answered-but-unwritten deliveries never number more than `slots`, and when
+/// the database records outcomes slower than FCM answers, sending slows to the database's pace.
+struct EngineStateMachine: Sendable {
+    /// Where one delivery is.
+    enum Phase: Sendable, Equatable {
+        case queued
+        case sending
+        /// FCM answered; the outcome is handed to the writer and not yet written.
+        case answered
+    }
+
+    struct Delivery: Sendable {
+        var lease: LeaseToken
+        var phase: Phase
+        /// The heartbeat could not extend its lease: another instance owns it; it is not sent.
+        var lost = false
+    }
+
+    /// The events of one claim sharing an eventKey (normally one), and their deliveries until written.
+    struct Group: Sendable {
+        var events: [ClaimedEvent]
+        var eventKey: String
+        var deliveries: [String: Delivery]
+        /// Deliveries queued or sending.
+        var open: Int
+        /// A delivery was never sent (stop): the events are released, not settled.
+        var unsent = false
+        /// A send was abandoned at the stop deadline: its outcome is unknown, its lease is kept.
+        var abandoned = false
+        /// The heartbeat found the event's lease taken over: nothing more is sent or written for it.
+        var lost = false
+        /// Longest wait any delivery asked for (Retry-After, QUOTA floor), and why.
+        var retryFloor: Duration = .zero
+        var retryReason: String?
+        /// Its end (settle / release) was handed to the writer; it leaves when that is written.
+        var ending = false
+    }
+
+    /// What the engine must do next.
+    enum Action: Sendable {
+        /// Start this send (its slot is taken).
+        case send(PendingSend)
+        /// Write this answered delivery's outcome (its slot stays taken until `written`).
+        case record(PendingSend, SendOutcome)
+        /// Give this never-sent delivery's lease back (stop).
+        case release(PendingSend)
+        /// Write the end of this group: settle its events (every delivery answered), release them
+        /// (something unsent or abandoned), or nothing (lost).
+        case settle(EventGroupID, Group)
+    }
+
+    /// What one write confirmed (or gave up on): the deliveries and group ends it carried.
+    struct Receipt: Sendable, Equatable {
+        var deliveries: [Key] = []
+        var groups: [EventGroupID] = []
+
+        struct Key: Sendable, Equatable {
+            var group: EventGroupID
+            var delivery: String
+        }
+
+        mutating func append(_ other: Receipt) {
+            deliveries += other.deliveries
+            groups += other.groups
+        }
+    }
+
+    /// Sends that may be in flight or answered-unwritten at once (`MAX_IN_FLIGHT`).
+    let slots: Int
+    /// Claims are made only while queued + sending + unwritten stays at or below this.
+    let highWater: Int
+
+    private(set) var groups: [EventGroupID: Group] = [:]
+    private var queue: [PendingSend] = []
+    private var head = 0
+    /// Sends started and not yet answered.
+    private(set) var sending = 0
+    /// Sends answered whose outcome is not yet written.
+    private(set) var unwritten = 0
+    private(set) var stopped = false
+    private var nextGroup = 0
+
+    init(slots: Int, highWater: Int) {
+        self.slots = max(1, slots)
+        self.highWater = max(self.slots, highWater)
+    }
+
+    /// Deliveries queued and not yet started.
+    var queued: Int { queue.count - head }
+    /// What counts against the high-water mark: queued, sending and answered-unwritten deliveries.
+    var load: Int { queued + sending + unwritten }
+    /// Nothing held: no group between claim and its written end.
+    var isIdle: Bool { groups.isEmpty }
+
+    /// Whether a claimer waiting for `room` may claim now (always, once stopped: it then sees the stop).
+    func hasRoom(_ room: Int) -> Bool { stopped || load + min(max(1, room), highWater) <= highWater }
+
+    // MARK: Claim
+
+    /// Starts holding a claimed group. Without deliveries it ends at once (the `.settle` action).
+    mutating func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery]) -> (EventGroupID, [Action]) {
+        let id = EventGroupID(raw: nextGroup)
+        nextGroup &+= 1
+        var entries: [String: Delivery] = [:]
+        entries.reserveCapacity(deliveries.count)
+        for delivery in deliveries { entries[delivery.id] = Delivery(lease: delivery.lease, phase: .queued) }
+        var group = Group(events: events, eventKey: eventKey, deliveries: entries, open: entries.count)
+        var actions: [Action] = []
+        if group.open == 0 {
+            group.ending = true
+            actions.append(.settle(id, group))
+        }
+        groups[id] = group
+        return (id, actions)
+    }
+
+    /// Queues sends of open groups (after `open`). Once stopped they are released at once.
+    mutating func enqueue(_ sends: [PendingSend]) -> [Action] {
+        guard !stopped else { return sends.flatMap { notSent($0) } }
+        queue.append(contentsOf: sends)
+        return []
+    }
+
+    // MARK: Send
+
+    /// The next thing to do with the queue while a slot is free: start a send, or drop one whose lease was
+    /// lost (its group may end with it). Empty when nothing is queued, no slot is free, or stopped.
+    mutating func next() -> [Action] {
+        while !stopped, sending + unwritten < slots, let send = popFirst() {
+            guard var group = groups[send.group], var delivery = group.deliveries[send.delivery.id],
+                  delivery.phase == .queued else { continue }
+            if group.lost || delivery.lost {
+                // Another instance owns it now: nothing is sent, nothing written for the delivery.
+                group.deliveries.removeValue(forKey: send.delivery.id)
+                group.open -= 1
+                group.unsent = true
+                let ended = end(send.group, group)
+                if ended.isEmpty { continue }
+                return ended
+            }
+            delivery.phase = .sending
+            group.deliveries[send.delivery.id] = delivery
+            groups[send.group] = group
+            sending += 1
+            return [.send(send)]
+        }
+        return []
+    }
+
+    /// FCM answered a send. Its outcome is to be written (the slot stays taken until then); the group ends
+    /// when this was its last open delivery. `abandoning`: the stop deadline cancelled it, so its outcome is
+    /// unknown and nothing is written for it (its lease stays: FCM may have it).
+    mutating func answered(_ send: PendingSend, _ outcome: SendOutcome, abandoning: Bool = false) -> [Action] {
+        guard var group = groups[send.group], var delivery = group.deliveries[send.delivery.id],
+              delivery.phase == .sending else { return [] }
+        sending -= 1
+        group.open -= 1
+        var actions: [Action] = []
+        switch outcome {
+        case .retry where abandoning:
+            group.deliveries.removeValue(forKey: send.delivery.id)
+            group.abandoned = true
+        case .notSent:
+            group.deliveries.removeValue(forKey: send.delivery.id)
+            group.unsent = true
+            actions.append(.release(send))
+        case .retry(let reason, let after, let minimum):
+            let floor = max(after ?? .zero, minimum ?? .zero)
+            if floor >= group.retryFloor || group.retryReason == nil {
+                group.retryFloor = max(group.retryFloor, floor)
+                group.retryReason = reason
+            }
+            fallthrough
+        default:
+            delivery.phase = .answered
+            group.deliveries[send.delivery.id] = delivery
+            unwritten += 1
+            actions.append(.record(send, outcome))
+        }
+        return actions + end(send.group, group)
+    }
+
+    // MARK: Write
+
+    /// A write is over (done, refused and isolated, or given up): its deliveries free their slots and leave;
+    /// groups whose end it carried leave.
+    mutating func written(_ receipt: Receipt) {
+        for key in receipt.deliveries {
+            guard let phase = groups[key.group]?.deliveries[key.delivery]?.phase, phase == .answered else { continue }
+            groups[key.group]?.deliveries.removeValue(forKey: key.delivery)
+            unwritten -= 1
+        }
+        for id in receipt.groups {
+            guard let group = groups.removeValue(forKey: id) else { continue }
+            // Not expected (a group's end is written after its outcomes), but a slot must never leak.
+            unwritten -= group.deliveries.values.count { $0.phase == .answered }
+            sending -= group.deliveries.values.count { $0.phase == .sending }
+        }
+    }
+
+    // MARK: Leases
+
+    /// The leases the heartbeat must extend: every held event and every delivery not yet written,
+    /// answered-unwritten ones included (so nothing this instance sent is claimed again before it is written).
+    func heldLeases() -> (events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) {
+        var events: [(id: Int64, lease: LeaseToken)] = []
+        var deliveries: [(id: String, lease: LeaseToken)] = []
+        for group in groups.values where !group.lost {
+            for event in group.events { events.append((event.id, event.lease)) }
+            for (id, delivery) in group.deliveries where !delivery.lost { deliveries.append((id, delivery.lease)) }
+        }
+        return (events, deliveries)
+    }
+
+    /// A row id with the lease it was held under.
+    struct Held: Hashable, Sendable {
+        var id: String
+        var lease: LeaseToken
+    }
+
+    /// Marks what the heartbeat could not extend as lost, matched by id and lease (only what is still held
+    /// under that lease: an extension racing a write finds the written rows unleased, and a row written and
+    /// claimed again holds a new lease); returns how many groups were newly lost.
+    mutating func markLost(events lostEvents: Set<Held>, deliveries lostDeliveries: Set<Held>) -> Int {
+        var count = 0
+        for (id, group) in groups {
+            var group = group
+            var changed = false
+            if !group.lost, group.events.contains(where: { lostEvents.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
+                group.lost = true
+                changed = true
+                count += 1
+            }
+            for (key, delivery) in group.deliveries where !delivery.lost && lostDeliveries.contains(Held(id: key, lease: delivery.lease)) {
+                group.deliveries[key]?.lost = true
+                changed = true
+            }
+            if changed { groups[id] = group }
+        }
+        return count
+    }
+
+    // MARK: Stop
+
+    /// Nothing new starts: every queued send is released (its group ends once nothing of it is sending).
+    mutating func stop() -> [Action] {
+        stopped = true
+        let unsent = Array(queue[head...])
+        queue.removeAll()
+        head = 0
+        return unsent.flatMap { notSent($0) }
+    }
+
+    /// The stop deadline is past and the abandoned sends' grace is over: every group not yet ended ends as
+    /// abandoned (events released, leases of unanswered deliveries kept). Late answers are then ignored.
+    mutating func abandonRemaining() -> [Action] {
+        var actions: [Action] = []
+        for id in groups.keys.sorted(by: { $0.raw < $1.raw }) {
+            guard var group = groups[id], !group.ending else { continue }
+            for (key, delivery) in group.deliveries where delivery.phase != .answered {
+                if delivery.phase == .sending { sending -= 1 }
+                group.deliveries.removeValue(forKey: key)
+            }
+            group.open = 0
+            group.abandoned = true
+            actions += end(id, group)
+        }
+        return actions
+    }
+
+    // MARK: Helpers
+
+    /// A queued delivery that will not be sent: it leaves, its lease is given back.
+    private mutating func notSent(_ send: PendingSend) -> [Action] {
+        guard var group = groups[send.group], group.deliveries[send.delivery.id]?.phase == .queued else { return [] }
+        group.deliveries.removeValue(forKey: send.delivery.id)
+        group.open -= 1
+        group.unsent = true
+        return [.release(send)] + end(send.group, group)
+    }
+
+    /// Stores the group; hands its end to the writer once nothing of it is queued or sending.
+    private mutating func end(_ id: EventGroupID, _ group: Group) -> [Action] {
+        var group = group
+        guard group.open == 0, !group.ending else {
+            groups[id] = group
+            return []
+        }
+        group.ending = true
+        groups[id] = group
+        return [.settle(id, group)]
+    }
+
+    private mutating func popFirst() -> PendingSend? {
+        guard head < queue.count else { return nil }
+        let send = queue[head]
+        head += 1
+        if head == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 1024, head * 2 > queue.count {
+            queue.removeFirst(head)
+            head = 0
+        }
+        return send
+    }
+}

@@ -1,0 +1,306 @@
+import FCM
+import Foundation
+@testable import Outbox
+import Testing
+
+/// The engine's bookkeeping without a database or network: every transition, the load accounting
+/// (a slot is held from a send's start until its outcome is written), and stop in every state.
+@Suite("Engine state machine")
+struct EngineStateMachineTests {
+    typealias Machine = EngineStateMachine
+
+    /// One claimed event with `devices` deliveries, opened in `machine`; returns its group and sends.
+    static func claim(_ machine: inout Machine, key: String = "doseTaken:g", eventId: Int64 = 1, devices: Int) -> (EventGroupID, [PendingSend]) {
+        let lease = LeaseToken()
+        let event = ClaimedEvent(id: eventId, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+                                 displayName: "n", lease: lease)
+        let deliveries = (0..<devices).map { index in
+            ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, deviceId: "dev\(index)", token: "t\(index)", claimedAt: Date(), lease: lease)
+        }
+        let (id, actions) = machine.open(events: [event], eventKey: key, deliveries: deliveries)
+        #expect(actions.isEmpty == (devices > 0))
+        let sends = deliveries.map { delivery in
+            PendingSend(group: id, delivery: delivery, push: DoseTakenPush(
+                token: delivery.token, eventKey: key, patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning",
+                recordingGroupId: "g", withinTime: true))
+        }
+        return (id, sends)
+    }
+
+    /// Takes every send the machine starts now.
+    static func started(_ machine: inout Machine) -> [PendingSend] {
+        var sends: [PendingSend] = []
+        while true {
+            let actions = machine.next()
+            if actions.isEmpty { return sends }
+            for case .send(let send) in actions { sends.append(send) }
+        }
+    }
+
+    static func receipt(_ actions: [Machine.Action]) -> Machine.Receipt {
+        var receipt = Machine.Receipt()
+        for action in actions {
+            switch action {
+            case .record(let send, _): receipt.deliveries.append(.init(group: send.group, delivery: send.delivery.id))
+            case .settle(let id, _): receipt.groups.append(id)
+            case .send, .release: break
+            }
+        }
+        return receipt
+    }
+
+    static func kinds(_ actions: [Machine.Action]) -> [String] {
+        actions.map { action in
+            switch action {
+            case .send: "send"
+            case .record: "record"
+            case .release: "release"
+            case .settle: "settle"
+            }
+        }
+    }
+
+    @Test func answeredButUnwritten_holdsItsSlot_untilWritten() {
+        var machine = Machine(slots: 2, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 4)
+        #expect(machine.enqueue(sends).isEmpty)
+        #expect(machine.load == 4)
+        let first = Self.started(&machine)
+        #expect(first.count == 2)
+        #expect(machine.sending == 2)
+        // Both answered: their outcomes are to be written, and no third send starts before they are.
+        let a = machine.answered(first[0], .sent(messageName: "m0"))
+        let b = machine.answered(first[1], .sent(messageName: "m1"))
+        #expect(Self.kinds(a) == ["record"])
+        #expect(Self.kinds(b) == ["record"])
+        #expect(machine.sending == 0)
+        #expect(machine.unwritten == 2)
+        #expect(machine.load == 4)
+        #expect(Self.started(&machine).isEmpty)
+        // One written: one slot frees, one send starts.
+        machine.written(Self.receipt(a))
+        #expect(machine.unwritten == 1)
+        #expect(Self.started(&machine).count == 1)
+        #expect(Self.started(&machine).isEmpty)
+        #expect(machine.load == 3)
+    }
+
+    @Test func lastAnswer_endsTheGroup_whichLeavesWhenItsEndIsWritten() {
+        var machine = Machine(slots: 4, highWater: 8)
+        let (id, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        let first = machine.answered(started[0], .sent(messageName: "m0"))
+        #expect(Self.kinds(first) == ["record"])
+        let last = machine.answered(started[1], .retry(reason: "UNAVAILABLE", after: .seconds(30), minimumBackoff: nil))
+        #expect(Self.kinds(last) == ["record", "settle"])
+        guard case .settle(let ended, let group) = last[1] else { Issue.record("no settle"); return }
+        #expect(ended == id)
+        #expect(group.retryFloor == .seconds(30))
+        #expect(group.retryReason == "UNAVAILABLE")
+        #expect(!group.unsent && !group.abandoned && !group.lost)
+        machine.written(Self.receipt(first))
+        #expect(!machine.isIdle)
+        machine.written(Self.receipt(last))
+        #expect(machine.isIdle)
+        #expect(machine.load == 0)
+    }
+
+    @Test func groupWithoutDeliveries_endsAtOnce() {
+        var machine = Machine(slots: 1, highWater: 4)
+        let event = ClaimedEvent(id: 9, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+                                 displayName: "n", lease: LeaseToken())
+        let (id, actions) = machine.open(events: [event], eventKey: "doseTaken:x", deliveries: [])
+        #expect(Self.kinds(actions) == ["settle"])
+        machine.written(.init(groups: [id]))
+        #expect(machine.isIdle)
+    }
+
+    @Test func room_countsQueuedSendingAndUnwritten() {
+        var machine = Machine(slots: 2, highWater: 6)
+        let (_, sends) = Self.claim(&machine, devices: 4)
+        _ = machine.enqueue(sends)
+        #expect(machine.hasRoom(2))
+        #expect(!machine.hasRoom(3))
+        let started = Self.started(&machine)
+        let answers = started.flatMap { machine.answered($0, .sent(messageName: "m")) }
+        // Answered but unwritten still counts: no more room than before.
+        #expect(machine.load == 4)
+        #expect(!machine.hasRoom(3))
+        machine.written(Self.receipt(answers))
+        #expect(machine.load == 2)
+        #expect(machine.hasRoom(4))
+        #expect(!machine.hasRoom(1_000))  // capped at the whole high-water mark, and 2 are still queued
+    }
+
+    @Test func roomLargerThanTheHighWaterMark_isCappedAtIt() {
+        let machine = Machine(slots: 1, highWater: 4)
+        #expect(machine.hasRoom(1_000))
+    }
+
+    @Test func slotsBoundSendingPlusUnwritten_underAnyInterleaving() {
+        var machine = Machine(slots: 3, highWater: 30)
+        var pending: [PendingSend] = []
+        for event in 0..<5 {
+            let (_, sends) = Self.claim(&machine, key: "doseTaken:g\(event)", eventId: Int64(event), devices: 4)
+            _ = machine.enqueue(sends)
+        }
+        var toWrite: [Machine.Action] = []
+        var rounds = 0
+        while !machine.isIdle && rounds < 1_000 {
+            rounds += 1
+            pending += Self.started(&machine)
+            #expect(machine.sending + machine.unwritten <= 3)
+            if rounds % 3 == 0, !toWrite.isEmpty {
+                machine.written(Self.receipt(toWrite))
+                toWrite.removeAll()
+            } else if let send = pending.popLast() {
+                toWrite += machine.answered(send, .sent(messageName: "m"))
+            } else if !toWrite.isEmpty {
+                machine.written(Self.receipt(toWrite))
+                toWrite.removeAll()
+            }
+            #expect(machine.unwritten <= 3)
+        }
+        #expect(machine.isIdle)
+        #expect(machine.load == 0)
+    }
+
+    @Test func lostEventLease_dropsItsQueuedSends_andItsEndWritesNothing() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 3)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        #expect(started.count == 1)
+        let held = machine.heldLeases()
+        #expect(held.events.count == 1)
+        #expect(held.deliveries.count == 3)
+        let lost = machine.markLost(events: [.init(id: "1", lease: held.events[0].lease)], deliveries: [])
+        #expect(lost == 1)
+        #expect(machine.heldLeases().events.isEmpty)
+        // The one in flight is answered (and recorded: the lease guard judges); the other two are never sent.
+        let answer = machine.answered(started[0], .sent(messageName: "m"))
+        #expect(Self.kinds(answer) == ["record"])
+        machine.written(Self.receipt(answer))
+        let rest = machine.next()
+        #expect(Self.kinds(rest) == ["settle"])
+        guard case .settle(_, let group) = rest[0] else { return }
+        #expect(group.lost)
+        machine.written(Self.receipt(rest))
+        #expect(machine.isIdle)
+    }
+
+    @Test func markLost_matchesTheLease_notOnlyTheId() {
+        var machine = Machine(slots: 1, highWater: 8)
+        _ = Self.claim(&machine, eventId: 7, devices: 1)
+        // An extension that raced a write of event 7, which was then claimed again under a new lease.
+        #expect(machine.markLost(events: [.init(id: "7", lease: LeaseToken())], deliveries: []) == 0)
+        #expect(machine.heldLeases().events.count == 1)
+    }
+
+    @Test func heldLeases_includeAnsweredButUnwritten() {
+        var machine = Machine(slots: 2, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        let actions = started.flatMap { machine.answered($0, .sent(messageName: "m")) }
+        #expect(machine.heldLeases().deliveries.count == 2)
+        #expect(machine.heldLeases().events.count == 1)
+        machine.written(Self.receipt(actions))
+        #expect(machine.heldLeases().deliveries.isEmpty)
+        #expect(machine.heldLeases().events.isEmpty)
+    }
+
+    @Test func stopWhileQueued_releasesEverything() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let actions = machine.stop()
+        #expect(Self.kinds(actions) == ["release", "release", "settle"])
+        guard case .settle(_, let group) = actions.last else { return }
+        #expect(group.unsent)
+        #expect(machine.next().isEmpty)
+        machine.written(Self.receipt(actions))
+        #expect(machine.isIdle)
+        #expect(machine.hasRoom(1_000))  // a waiting claimer wakes and sees the stop
+    }
+
+    @Test func stopWhileSending_awaitsTheAnswer_thenReleasesTheEvent() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        let stopped = machine.stop()
+        #expect(Self.kinds(stopped) == ["release"])  // the queued one; the group waits for the one in flight
+        let answer = machine.answered(started[0], .sent(messageName: "m"))
+        #expect(Self.kinds(answer) == ["record", "settle"])
+        guard case .settle(_, let group) = answer[1] else { return }
+        #expect(group.unsent)  // released (due again at once), the sent delivery recorded SENT
+        machine.written(Self.receipt(answer))
+        #expect(machine.isIdle)
+    }
+
+    @Test func stopWithAnswersUnwritten_keepsThemUntilWritten() {
+        var machine = Machine(slots: 2, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let answers = Self.started(&machine).flatMap { machine.answered($0, .sent(messageName: "m")) }
+        #expect(machine.stop().isEmpty)
+        #expect(machine.abandonRemaining().isEmpty)  // already ended: its outcomes are still to be written
+        #expect(machine.heldLeases().deliveries.count == 2)
+        machine.written(Self.receipt(answers))
+        #expect(machine.isIdle)
+    }
+
+    @Test func stopDeadline_abandonsSendsInFlight_andWritesNothingForThem() {
+        var machine = Machine(slots: 2, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        _ = machine.stop()
+        // One cancelled at the deadline (its outcome unknown), one never answers before the grace ends.
+        let cancelled = machine.answered(started[0], .retry(reason: "cancelled", after: nil, minimumBackoff: nil), abandoning: true)
+        #expect(cancelled.isEmpty)
+        #expect(machine.sending == 1)
+        let rest = machine.abandonRemaining()
+        #expect(Self.kinds(rest) == ["settle"])
+        guard case .settle(_, let group) = rest[0] else { return }
+        #expect(group.abandoned)
+        #expect(machine.sending == 0)
+        #expect(machine.answered(started[1], .sent(messageName: "late")).isEmpty)  // a late answer is ignored
+        machine.written(Self.receipt(rest))
+        #expect(machine.isIdle)
+        #expect(machine.load == 0)
+    }
+
+    @Test func enqueueAfterStop_releasesAtOnce() {
+        var machine = Machine(slots: 1, highWater: 8)
+        _ = machine.stop()
+        let (_, sends) = Self.claim(&machine, devices: 1)
+        #expect(Self.kinds(machine.enqueue(sends)) == ["release", "settle"])
+    }
+
+    @Test func notSentAnswer_releasesTheDelivery_andFreesItsSlot() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        #expect(Self.kinds(machine.answered(started[0], .notSent(reason: "cancelled before start"))) == ["release"])
+        #expect(machine.unwritten == 0)
+        #expect(Self.started(&machine).count == 1)
+    }
+
+    @Test func writtenTwice_orForAnUnknownGroup_changesNothing() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 1)
+        _ = machine.enqueue(sends)
+        let answer = machine.answered(Self.started(&machine)[0], .sent(messageName: "m"))
+        let receipt = Self.receipt(answer)
+        machine.written(receipt)
+        machine.written(receipt)
+        machine.written(.init(deliveries: [.init(group: EventGroupID(raw: 99), delivery: "x")], groups: [EventGroupID(raw: 99)]))
+        #expect(machine.unwritten == 0)
+        #expect(machine.sending == 0)
+        #expect(machine.isIdle)
+    }
+}
