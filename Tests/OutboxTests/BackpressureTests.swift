@@ -1,0 +1,106 @@
+import FCM
+import FCMEmulator
+import Foundation
+import Lifecycle
+import Metrics
+@testable import Outbox
+import Postgres
+import Synchronization
+import Testing
+import TestSupport
+
+/// A database that records outcomes slower than FCM answers (a row trigger the API team could add
+/// tomorrow): sending slows to the database's pace, answered-but-unwritten work stays within
+/// `MAX_IN_FLIGHT`, keeps its lease, and nothing is sent twice.
+@Suite("Backpressure: a database slower than FCM")
+struct BackpressureTests {
+    /// Every status change of a delivery sleeps `milliseconds` in a BEFORE UPDATE row trigger.
+    static func slowDeliveryUpdates(_ db: Fixtures, milliseconds: Int) throws {
+        try db.connection.query("""
+            CREATE FUNCTION test_slow_delivery_update() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.status IS DISTINCT FROM OLD.status THEN PERFORM pg_sleep(\(Double(milliseconds) / 1000)); END IF;
+                RETURN NEW;
+            END $$
+            """)
+        try db.connection.query("""
+            CREATE TRIGGER test_slow_delivery_update BEFORE UPDATE ON "PushDelivery"
+            FOR EACH ROW EXECUTE FUNCTION test_slow_delivery_update()
+            """)
+    }
+
+    static func sentRows(_ db: Fixtures) throws -> Int {
+        try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int()
+    }
+
+    @Test func slowDatabase_answeredButUnwrittenNeverExceedsMaxInFlight_andNothingIsSentTwice() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            try await withEmulatorSender(maxInFlight: 20) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatients(100, devicesEach: 2, events: 1_000)
+                try Self.slowDeliveryUpdates(db, milliseconds: 2)
+                let maxInFlight = 20
+                let (engine, metrics, _) = makeWorker(conninfo, sender: sender) {
+                    $0.maxInFlight = maxInFlight
+                    $0.batchSize = 50
+                }
+                let sampler = try Fixtures(conninfo)
+                let largest = Mutex((gap: 0, unwritten: 0.0, samples: 0))
+                let sampling = Task {
+                    while !Task.isCancelled {
+                        // FCM's answers first, then the rows: a write landing in between only makes the gap look smaller
+                        // by what was written, never larger.
+                        let stats = emulator.stats
+                        let accepted = stats.distinctAccepted + stats.duplicates
+                        let sent = try Self.sentRows(sampler)
+                        let unwritten = metrics.value("push_outcomes_unwritten") ?? 0
+                        largest.withLock { $0 = (max($0.gap, accepted - sent), max($0.unwritten, unwritten), $0.samples + 1) }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                }
+                try await engine.drain()
+                sampling.cancel()
+                _ = await sampling.result
+                let seen = largest.withLock { $0 }
+                #expect(seen.samples > 20)
+                #expect(seen.gap <= maxInFlight, "FCM had answered \(seen.gap) sends more than the database recorded")
+                #expect(seen.unwritten <= Double(maxInFlight))
+                #expect(seen.unwritten > 0)  // the gauge moved: outcomes did wait for the slow writes
+                #expect(try Self.sentRows(db) == 2_000)
+                #expect(emulator.stats.duplicates == 0)
+                #expect(emulator.stats.distinctAccepted == 2_000)
+                #expect(metrics.value("push_outcomes_unwritten") == 0)
+                #expect(metrics.render().contains("push_completer_flush_seconds_count"))
+            }
+        }
+    }
+
+    /// A stop while the slow database still has answered outcomes to write: they are all written before the
+    /// engine returns, nothing stays leased, and a later run sends only what was never sent.
+    @Test func stopWithAnswersUnwritten_writesThemAll_andTheNextRunSendsNothingTwice() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            try await withEmulatorSender(maxInFlight: 20) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatients(50, devicesEach: 2, events: 300)
+                try Self.slowDeliveryUpdates(db, milliseconds: 5)
+                let (engine, metrics, _) = makeWorker(conninfo, sender: sender) { $0.maxInFlight = 20 }
+                let stop = StopSignal()
+                async let running: Void = engine.run(until: stop)
+                #expect(try await FCMFaultTests.eventually(30) { try Self.sentRows(db) >= 40 })
+                stop.request(grace: .seconds(7))
+                await running
+                let stats = emulator.stats
+                #expect(try Self.sentRows(db) == stats.distinctAccepted, "every answered send is recorded before the engine returns")
+                #expect(metrics.value("push_outcomes_unwritten") == 0)
+                let leased = try db.connection.query(#"""
+                    SELECT (SELECT count(*) FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL)
+                         + (SELECT count(*) FROM "PushDelivery" WHERE "leaseToken" IS NOT NULL) AS n
+                    """#)[0]["n"].int()
+                #expect(leased == 0)
+                try await makeWorker(conninfo, sender: sender).0.drain()
+                #expect(try Self.sentRows(db) == 600)
+                #expect(emulator.stats.duplicates == 0)
+            }
+        }
+    }
+}
