@@ -21,8 +21,10 @@ public struct DeliveryEngineConfiguration: Sendable {
     public var maxAttempts = 10
     public var eventMaxAge = Duration.seconds(24 * 3600)
     public var backoff = Backoff()
-    /// Results are written this long after the first one arrives, or at once at `completerFlushCount`.
+    /// Results are written this long after the first one arrives at an idle writer, or at once when half the
+    /// send slots' worth is waiting.
     public var completerFlushDelay = Duration.milliseconds(2)
+    /// Most items one completer transaction writes (its size, and so its time, stay bounded under any backlog).
     public var completerFlushCount = 512
     /// Identifies this process in `"leasedBy"` (host:pid).
     public var workerId = "\(ProcessInfo.processInfo.hostName):\(ProcessInfo.processInfo.processIdentifier)"
@@ -32,8 +34,9 @@ public struct DeliveryEngineConfiguration: Sendable {
 
 /// The delivery pipeline as a stream, in the shape of River's producer → executor → completer:
 /// the claimer claims as capacity frees up, each delivery is sent as soon as a slot is free and
-/// frees it when answered, the completer writes outcomes in batches and settles each event when
-/// its last delivery is answered, and the heartbeat keeps leases alive while work is in progress.
+/// frees it once its outcome is written (so sending keeps the database's pace), the completer writes
+/// outcomes in bounded batches and settles each event when its last delivery is answered, and the
+/// heartbeat keeps leases alive until outcomes are written. The bookkeeping is `EngineStateMachine`.
 public final class DeliveryEngine: Service {
     let store: OutboxStore
     let sender: any PushSender
