@@ -22,7 +22,10 @@ public final class PostgresConnection {
     /// Nothing is set on the session: behind a transaction-mode pooler (PgBouncer, Supavisor) a
     /// session setting would stay on a server connection that other clients, the web API among
     /// them, are handed next. Settings belong to transactions (`withTransaction(settings:)`).
-    public init(conninfo: String) throws(PostgresError) {
+    ///
+    /// `preparedStatements`: whether `pipelinedTransaction` may keep named prepared statements in the session
+    /// (it finds out by itself when a pooler makes that impossible, and stops).
+    public init(conninfo: String, preparedStatements: Bool = true) throws(PostgresError) {
         // The defaults come first and `dbname` (the whole conninfo, expanded) after them: "values that
         // appear later ... override earlier ones", so anything the operator wrote wins (libpq docs,
         // PQconnectdbParams with expand_dbname).
@@ -47,6 +50,7 @@ public final class PostgresConnection {
             throw PostgresError(.connectionFailed, message: message)
         }
         raw = connection
+        usesPreparedStatements = preparedStatements
         // Server NOTICEs (e.g. "already exists, skipping") would go to stderr by default; drop them.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
     }
@@ -96,56 +100,120 @@ public final class PostgresConnection {
         }
     }
 
+    /// Named prepared statements of this session, by SQL text: parsed and planned once (a generic plan after
+    /// PostgreSQL's five custom ones), then only bound and executed. Used by `pipelinedTransaction`.
+    private var preparedNames: [String: String] = [:]
+    /// True until the server shows that sessions are not ours to keep statements in: a statement prepared earlier
+    /// is missing, or a name is already taken (a transaction-mode pooler hands each transaction whatever server
+    /// session is free). Unnamed statements from then on; the transaction that showed it is run again unnamed.
+    public private(set) var usesPreparedStatements: Bool
+    /// At most this many statements are kept prepared per session; others run unnamed.
+    public static let maxPreparedStatements = 64
+
+    /// SQLSTATEs that say a named statement is not where this session left it: 26000 (prepared statement does not
+    /// exist) and 42P05 (prepared statement already exists).
+    static let poolerSignals: Set<String> = ["26000", "42P05"]
+
     /// Runs independent statements in one transaction with `settings`, in one round trip: `BEGIN`,
     /// the settings, every statement and `COMMIT` go out together as a libpq pipeline, then the
     /// answers are read. Returns each statement's rows in order. The first failure rolls the whole
     /// transaction back and is thrown (what follows it in the pipeline is not run).
     ///
+    /// Statements with parameters run as named prepared statements (prepared in the same pipeline the first time
+    /// this session sees them), so the hot statements are not parsed and planned on every call. Behind a
+    /// transaction-mode pooler that does not track them, the first transaction that meets another server session
+    /// fails before anything is committed and is run again unnamed, as is everything after it.
+    ///
     /// For statements whose parameters do not depend on each other's results (a completer flush, a
     /// claim); everything else uses `withTransaction`.
     public func pipelinedTransaction(settings: TransactionSettings = .none,
                                      _ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        if usesPreparedStatements {
+            do {
+                return try pipeline(settings: settings, statements, prepared: true)
+            } catch let error where error.sqlState.map(Self.poolerSignals.contains) == true && isHealthy {
+                usesPreparedStatements = false
+                preparedNames.removeAll()
+            } catch let error where error.sqlState == "0A000" && error.message.contains("cached plan") && isHealthy {
+                // "cached plan must not change result type": a table changed under a prepared statement. Start afresh.
+                preparedNames.removeAll()
+                _ = try? execute("DEALLOCATE ALL")
+            }
+        }
+        return try pipeline(settings: settings, statements, prepared: false)
+    }
+
+    /// What one pipelined command answers for.
+    private enum Step {
+        case prepare(sql: String, name: String)
+        case statement(index: Int)
+    }
+
+    private func pipeline(settings: TransactionSettings, _ statements: [(sql: String, parameters: [PostgresValue])],
+                          prepared: Bool) throws(PostgresError) -> [PostgresRows] {
         guard PQenterPipelineMode(raw) == 1 else {
             throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: PostgresConnection.errorText(raw), statement: "BEGIN")
         }
         var queued: [(sql: String, parameters: [PostgresValue])] = [("BEGIN", [])]
         if !settings.isEmpty { queued.append((settings.selectStatement, [])) }
+        let first = queued.count
         queued += statements
         queued.append(("COMMIT", []))
         var failure: PostgresError?
-        var sent = 0
-        for statement in queued {
+        var steps: [Step] = []
+        for (index, statement) in queued.enumerated() {
             let buffers = statement.parameters.map(\.wireBytes)
+            var name = prepared && !statement.parameters.isEmpty ? preparedNames[statement.sql] : nil
+            if prepared, !statement.parameters.isEmpty, name == nil, preparedNames.count < Self.maxPreparedStatements {
+                let fresh = Self.statementName(statement.sql)
+                guard PQsendPrepare(raw, fresh, statement.sql, Int32(buffers.count), nil) == 1 else {
+                    failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
+                    break
+                }
+                steps.append(.prepare(sql: statement.sql, name: fresh))
+                name = fresh
+            }
             let accepted = withCStringArray(buffers) { pointers in
-                PQsendQueryParams(raw, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+                if let name {
+                    PQsendQueryPrepared(raw, name, Int32(pointers.count), pointers, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(raw, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+                }
             }
             guard accepted == 1 else {
                 failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
                 break
             }
-            sent += 1
+            steps.append(.statement(index: index))
         }
         var results: [PostgresRows] = []
         if failure == nil, PQpipelineSync(raw) != 1 {
             failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: "SYNC")
         }
         if failure == nil {
-            for index in 0..<sent {
-                // Each queued statement answers with one result, then NULL.
+            for step in steps {
+                let sql: String
+                switch step {
+                case .prepare(let text, _): sql = text
+                case .statement(let index): sql = queued[index].sql
+                }
+                // Each queued command answers with one result, then NULL.
                 let result = PQgetResult(raw)
                 defer { while let extra = PQgetResult(raw) { PQclear(extra) } }
                 guard let result else {
-                    failure = failure ?? PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: queued[index].sql)
+                    failure = failure ?? PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: sql)
                     break
                 }
-                let status = PQresultStatus(result)
-                if status == PGRES_PIPELINE_ABORTED {
+                if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
                     PQclear(result)
                     continue
                 }
                 do {
-                    let rows = try self.rows(of: result, sql: queued[index].sql)
-                    if index > (settings.isEmpty ? 0 : 1), index < sent - 1 { results.append(rows) }
+                    let rows = try self.rows(of: result, sql: sql)
+                    switch step {
+                    case .prepare(let text, let name): preparedNames[text] = name
+                    case .statement(let index): if index >= first, index < queued.count - 1 { results.append(rows) }
+                    }
                 } catch {
                     failure = failure ?? error
                 }
@@ -159,6 +227,18 @@ public final class PostgresConnection {
             throw failure
         }
         return results
+    }
+
+    /// `mw_` and a 64-bit FNV-1a hash of the text: the same statement has the same name in every session (so a
+    /// pooler's shared server session never holds two texts under one name).
+    static func statementName(_ sql: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in sql.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return "mw_" + String(repeating: "0", count: 16 - hex.count) + hex
     }
 
     /// Runs `body` inside BEGIN … COMMIT; any thrown error rolls back and is rethrown.

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+@testable import Postgres
 import Testing
 import TestSupport
 
@@ -47,6 +47,43 @@ struct PostgresConnectionTests {
             let after = try connection.query("SELECT array_agg(id ORDER BY id)::text AS ids, current_setting('statement_timeout') AS st FROM t")[0]
             #expect(try after["ids"].string() == "{1,2}")  // 3 rolled back, 4 never ran
             #expect(try after["st"].string() == "0")       // the settings ended with their transaction
+        }
+    }
+
+    /// Pipelined statements with parameters are prepared once per session and then only bound and executed.
+    @Test func pipelinedStatements_arePreparedOncePerSession() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
+            for id in 1...10 { _ = try connection.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(id)])]) }
+            #expect(connection.usesPreparedStatements)
+            let prepared = try connection.query("SELECT name, statement FROM pg_prepared_statements")
+            #expect(prepared.count == 1)
+            #expect(try prepared[0]["name"].string() == PostgresConnection.statementName("INSERT INTO t VALUES ($1)"))
+            #expect(try connection.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 10)
+        }
+    }
+
+    /// Behind a transaction-mode PgBouncer the server session changes under the client: the transaction that meets a
+    /// session without its prepared statement fails before anything is committed, runs again unnamed, and so does
+    /// everything after it. Every row is written exactly once.
+    @Test func pipelinedStatements_behindAPoolerOnAnotherSession_fallBackWithoutLosingOrRepeatingAWrite() async throws {
+        try await TestDatabase.withEmptyDatabase { direct in
+            let admin = try PostgresConnection(conninfo: direct)
+            try admin.query("CREATE TABLE t (id int PRIMARY KEY)")
+            let pooledConninfo = try TestDatabase.poolerConninfo(direct)
+            let pooled = try PostgresConnection(conninfo: pooledConninfo)
+            _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(1)])])
+            #expect(pooled.usesPreparedStatements)
+            // Another client holds the only server session of this database's pool (the one that has the statement)
+            // in a transaction, so the next transaction of `pooled` is handed a new session.
+            let holder = try PostgresConnection(conninfo: pooledConninfo)
+            try holder.execute("BEGIN")
+            try holder.query("SELECT 1")
+            for id in 2...6 { _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(id)])]) }
+            try holder.execute("COMMIT")
+            #expect(!pooled.usesPreparedStatements)
+            #expect(try admin.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 6)
         }
     }
 

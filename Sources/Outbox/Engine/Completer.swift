@@ -36,8 +36,14 @@ final class Completer: Sendable {
                 taken += 1
             }
             buffered -= count
-            defer { entries.removeFirst(taken) }
-            return Array(entries.prefix(taken))
+            let batch = Array(entries.prefix(taken))
+            entries.removeFirst(taken)
+            return batch
+        }
+
+        mutating func takeWaiter() -> CheckedContinuation<Void, Never>? {
+            defer { waiter = nil }
+            return waiter
         }
     }
 
@@ -100,10 +106,9 @@ final class Completer: Sendable {
 
     /// No more items will come: `run` writes what is buffered and returns.
     func close() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let waiter = state.withLock { state in
             state.closed = true
-            defer { state.waiter = nil }
-            return state.waiter
+            return state.takeWaiter()
         }
         waiter?.resume()
     }
@@ -145,11 +150,10 @@ final class Completer: Sendable {
 
     private func add(_ entries: [Entry]) {
         guard !entries.isEmpty else { return }
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let waiter = state.withLock { state in
             for entry in entries { state.buffered += entry.completion.count }
             state.entries += entries
-            defer { state.waiter = nil }
-            return state.waiter
+            return state.takeWaiter()
         }
         waiter?.resume()
     }

@@ -56,7 +56,7 @@ final class Dispatcher: Sendable {
         while true {
             // Stopping: nothing new is sent; queued deliveries' leases are given back.
             if stop.isRequested { run { $0.stop() } }
-            while run({ $0.next() }) {}
+            run { $0.next() }
             let done = pumping.withLock { state -> Bool in
                 if state.again { state.again = false; return false }
                 state.active = false
@@ -92,9 +92,8 @@ final class Dispatcher: Sendable {
     }
 
     /// One transition: its writes are buffered under the books' lock (so they keep the machine's order),
-    /// its sends are started after it. Returns whether it produced any action.
-    @discardableResult
-    private func run(_ transition: (inout EngineStateMachine) -> [EngineStateMachine.Action]) -> Bool {
+    /// its sends are started after it.
+    private func run(_ transition: (inout EngineStateMachine) -> [EngineStateMachine.Action]) {
         let actions = book.transition { machine in
             let actions = transition(&machine)
             completer.accept(actions)
@@ -103,6 +102,5 @@ final class Dispatcher: Sendable {
         for case .send(let send) in actions {
             sender.start(send.push) { [self] outcome in answered(send, outcome) }
         }
-        return !actions.isEmpty
     }
 }

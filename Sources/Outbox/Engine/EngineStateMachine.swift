@@ -132,36 +132,43 @@ struct EngineStateMachine: Sendable {
 
     // MARK: Send
 
-    /// The next thing to do with the queue while a slot is free: start a send, or drop one whose lease was
-    /// lost (its group may end with it). Empty when nothing is queued, no slot is free, or stopped.
+    /// What to do with the queue while slots are free: start sends, and drop those whose lease was lost (their
+    /// group may end with them). Empty when nothing is queued, no slot is free, or stopped.
     mutating func next() -> [Action] {
+        var actions: [Action] = []
         while !stopped, sending + unwritten < slots, let send = popFirst() {
-            guard var group = groups[send.group], var delivery = group.deliveries[send.delivery.id],
-                  delivery.phase == .queued else { continue }
+            // Taken out while changed, so the group's dictionary is changed in place (never copied).
+            guard var group = groups.removeValue(forKey: send.group) else { continue }
+            guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .queued else {
+                groups[send.group] = group
+                continue
+            }
             if group.lost || delivery.lost {
                 // Another instance owns it now: nothing is sent, nothing written for the delivery.
                 group.deliveries.removeValue(forKey: send.delivery.id)
                 group.open -= 1
                 group.unsent = true
-                let ended = end(send.group, group)
-                if ended.isEmpty { continue }
-                return ended
+                actions += end(send.group, group)
+                continue
             }
             delivery.phase = .sending
             group.deliveries[send.delivery.id] = delivery
             groups[send.group] = group
             sending += 1
-            return [.send(send)]
+            actions.append(.send(send))
         }
-        return []
+        return actions
     }
 
     /// FCM answered a send. Its outcome is to be written (the slot stays taken until then); the group ends
     /// when this was its last open delivery. `abandoning`: the stop deadline cancelled it, so its outcome is
     /// unknown and nothing is written for it (its lease stays: FCM may have it).
     mutating func answered(_ send: PendingSend, _ outcome: SendOutcome, abandoning: Bool = false) -> [Action] {
-        guard var group = groups[send.group], var delivery = group.deliveries[send.delivery.id],
-              delivery.phase == .sending else { return [] }
+        guard var group = groups.removeValue(forKey: send.group) else { return [] }
+        guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .sending else {
+            groups[send.group] = group
+            return []
+        }
         sending -= 1
         group.open -= 1
         var actions: [Action] = []
@@ -232,19 +239,18 @@ struct EngineStateMachine: Sendable {
     /// claimed again holds a new lease); returns how many groups were newly lost.
     mutating func markLost(events lostEvents: Set<Held>, deliveries lostDeliveries: Set<Held>) -> Int {
         var count = 0
-        for (id, group) in groups {
-            var group = group
-            var changed = false
+        for id in Array(groups.keys) {
+            guard var group = groups.removeValue(forKey: id) else { continue }
             if !group.lost, group.events.contains(where: { lostEvents.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
                 group.lost = true
-                changed = true
                 count += 1
             }
-            for (key, delivery) in group.deliveries where !delivery.lost && lostDeliveries.contains(Held(id: key, lease: delivery.lease)) {
-                group.deliveries[key]?.lost = true
-                changed = true
+            if !lostDeliveries.isEmpty {
+                for (key, delivery) in group.deliveries where !delivery.lost && lostDeliveries.contains(Held(id: key, lease: delivery.lease)) {
+                    group.deliveries[key]?.lost = true
+                }
             }
-            if changed { groups[id] = group }
+            groups[id] = group
         }
         return count
     }
@@ -265,7 +271,11 @@ struct EngineStateMachine: Sendable {
     mutating func abandonRemaining() -> [Action] {
         var actions: [Action] = []
         for id in groups.keys.sorted(by: { $0.raw < $1.raw }) {
-            guard var group = groups[id], !group.ending else { continue }
+            guard var group = groups.removeValue(forKey: id) else { continue }
+            guard !group.ending else {
+                groups[id] = group
+                continue
+            }
             for (key, delivery) in group.deliveries where delivery.phase != .answered {
                 if delivery.phase == .sending { sending -= 1 }
                 group.deliveries.removeValue(forKey: key)
@@ -281,7 +291,11 @@ struct EngineStateMachine: Sendable {
 
     /// A queued delivery that will not be sent: it leaves, its lease is given back.
     private mutating func notSent(_ send: PendingSend) -> [Action] {
-        guard var group = groups[send.group], group.deliveries[send.delivery.id]?.phase == .queued else { return [] }
+        guard var group = groups.removeValue(forKey: send.group) else { return [] }
+        guard group.deliveries[send.delivery.id]?.phase == .queued else {
+            groups[send.group] = group
+            return []
+        }
         group.deliveries.removeValue(forKey: send.delivery.id)
         group.open -= 1
         group.unsent = true
