@@ -16,11 +16,52 @@ public enum FCMMessage {
         return "doseTaken:" + Digest.hex(Digest.sha256(Array(eventKey.utf8))).prefix(54)
     }
 
-    /// The JSON body `{"message": {...}}` (all `data` values are strings, as FCM requires).
-    /// Written directly: this runs once per push, and every value is a string.
+    /// FCM refuses a message over 4,096 bytes; the whole request body stays within it.
+    public static let maxBodyBytes = 4096
+    /// Appended to a display name shortened to fit.
+    public static let ellipsis = "…"
+
+    /// The JSON body `{"message": {...}}` (all `data` values are strings, as FCM requires), never over
+    /// `maxBodyBytes`: a display name too long to fit is shortened by whole grapheme clusters and ends with `…`;
+    /// nothing else is shortened. Written directly: this runs once per push, and every value is a string.
     public static func json(for push: DoseTakenPush) -> [UInt8] {
+        let body = encode(push, displayName: push.displayName)
+        guard body.count > maxBodyBytes else { return body }
+        return encode(push, displayName: fitted(push.displayName, budget: maxBodyBytes - (encode(push, displayName: "").count)))
+    }
+
+    /// The longest prefix of `name`, in whole grapheme clusters, that with `…` takes at most `budget` bytes once
+    /// JSON-escaped ("" when not even `…` fits).
+    static func fitted(_ name: String, budget: Int) -> String {
+        let room = budget - escapedCount(ellipsis)
+        guard room >= 0 else { return "" }
+        var used = 0
+        var end = name.startIndex
+        for character in name {
+            let cost = escapedCount(String(character))
+            if used + cost > room { break }
+            used += cost
+            end = name.index(after: end)
+        }
+        return String(name[..<end]) + ellipsis
+    }
+
+    /// Bytes a string takes as a JSON string body (without its quotes), as `encode` writes it.
+    static func escapedCount(_ text: String) -> Int {
+        var count = 0
+        for byte in text.utf8 {
+            switch byte {
+            case 0x22, 0x5C, 0x0A, 0x0D, 0x09: count += 2
+            case ..<0x20: count += 6
+            default: count += 1
+            }
+        }
+        return count
+    }
+
+    private static func encode(_ push: DoseTakenPush, displayName: String) -> [UInt8] {
         var out = [UInt8]()
-        out.reserveCapacity(512 + push.token.utf8.count)
+        out.reserveCapacity(640 + push.token.utf8.count)
         func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
         func string(_ value: String) {
             out.append(0x22)
@@ -50,14 +91,20 @@ public enum FCMMessage {
         }
         raw(#"{"message":{"token":"#); string(push.token)
         raw(#","notification":{"title":"#); string(title)
-        raw(#","body":"#); string(body(displayName: push.displayName, withinTime: push.withinTime))
+        raw(#","body":"#); string(body(displayName: displayName, withinTime: push.withinTime))
         raw(#"},"data":{"type":"DOSE_TAKEN","patientId":"#); string(push.patientId)
         raw(#","date":"#); string(push.date)
         raw(#","slot":"#); string(push.slot)
         raw(#","recordingGroupId":"#); string(push.recordingGroupId ?? "")
         raw(#"},"apns":{"headers":{"apns-collapse-id":"#); string(collapseId(eventKey: push.eventKey))
+        raw(#","apns-push-type":"alert","apns-priority":"10""#)
+        if let expiration = push.expiration {
+            raw(#","apns-expiration":""#)
+            out.append(contentsOf: String(expiration).utf8)
+            out.append(0x22)
+        }
         raw(#"},"payload":{"aps":{"sound":"default","thread-id":"#); string("patient-\(push.patientId)")
-        raw("}}}}}")
+        raw(#"}}},"fcm_options":{"analytics_label":"dose_taken"}}}"#)
         return out
     }
 }

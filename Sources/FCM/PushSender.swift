@@ -14,9 +14,12 @@ public struct DoseTakenPush: Sendable, Hashable {
     /// nil when the payload had none; sent as `""`.
     public var recordingGroupId: String?
     public var withinTime: Bool
+    /// `apns-expiration`: the outbox row's `"createdAt"` + `EVENT_MAX_AGE`, in UNIX seconds (the same on every
+    /// retry); APNs drops the push if the phone cannot be reached before then. nil: no expiration header.
+    public var expiration: Int64?
 
     public init(token: String, eventKey: String, patientId: String, displayName: String, date: String,
-                slot: String, recordingGroupId: String?, withinTime: Bool) {
+                slot: String, recordingGroupId: String?, withinTime: Bool, expiration: Int64? = nil) {
         self.token = token
         self.eventKey = eventKey
         self.patientId = patientId
@@ -25,6 +28,7 @@ public struct DoseTakenPush: Sendable, Hashable {
         self.slot = slot
         self.recordingGroupId = recordingGroupId
         self.withinTime = withinTime
+        self.expiration = expiration
     }
 }
 

@@ -228,21 +228,22 @@ extension OutboxStore {
         RETURNING pd.id
         """
 
-    /// Extends the leases still held; returns the events and deliveries whose lease was confirmed.
+    /// Extends the leases still held; returns the events and deliveries whose lease was confirmed. Deliveries first,
+    /// then events: the order in which a completer flush locks them.
     func extendLeases(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)],
                       lease: Duration) async throws -> (events: Set<Int64>, deliveries: Set<String>) {
         try await client.withTransaction { connection in
             var keptEvents = Set<Int64>()
             var keptDeliveries = Set<String>()
-            if !events.isEmpty {
-                for row in try connection.query(Self.extendEventsSQL, [
-                    .intArray(events.map(\.id)), .textArray(events.map(\.lease.text)), .double(lease.asSeconds),
-                ]) { keptEvents.insert(Int64(try row[0].int())) }
-            }
             if !deliveries.isEmpty {
                 for row in try connection.query(Self.extendDeliveriesSQL, [
                     .textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text)), .double(lease.asSeconds),
                 ]) { keptDeliveries.insert(try row[0].string()) }
+            }
+            if !events.isEmpty {
+                for row in try connection.query(Self.extendEventsSQL, [
+                    .intArray(events.map(\.id)), .textArray(events.map(\.lease.text)), .double(lease.asSeconds),
+                ]) { keptEvents.insert(Int64(try row[0].int())) }
             }
             return (keptEvents, keptDeliveries)
         }

@@ -27,7 +27,8 @@ struct OutboxStore: Sendable {
         FROM due WHERE o.id = due.id
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
                   o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired,
-                  (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name
+                  (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name,
+                  o."createdAt"
         """
 
     /// Claims up to `limit` due events under a new lease.
@@ -39,7 +40,7 @@ struct OutboxStore: Sendable {
         return try rows.map { row in
             ClaimedEvent(id: Int64(try row[0].int()), eventType: try row[1].string(), patientId: try row[2].string(),
                          payload: try row[3].string(), attempts: try row[4].int(), expired: try row[5].bool(),
-                         displayName: row[6].optionalString(), lease: token)
+                         displayName: row[6].optionalString(), lease: token, createdAt: try row[7].date())
         }.sorted { $0.id < $1.id }
     }
 

@@ -17,6 +17,10 @@ struct PipelineMetrics: Sendable {
     let unwritten: Gauge
     /// `push_completer_flush_seconds`: one completer transaction, from its start to its commit.
     private let flushDuration: Histogram
+    /// `push_delivery_latency_seconds`: the outbox row's `"createdAt"` to FCM's 200, one observation per SENT delivery.
+    private let latency: Histogram
+    /// From 5 ms (a push on a quiet system) to an hour (a backlog, an outage): the SLO's 60 s sits between buckets.
+    static let latencyBuckets: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
 
     init(_ registry: MetricsRegistry) {
         self.registry = registry
@@ -32,9 +36,15 @@ struct PipelineMetrics: Sendable {
         flushDuration = registry.histogram("push_completer_flush_seconds",
                                            help: "Time to write one batch of delivery outcomes and settlements (one transaction).",
                                            buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
+        latency = registry.histogram("push_delivery_latency_seconds",
+                                     help: "Time from the dose being recorded (the outbox row's createdAt) to FCM accepting the push, per SENT delivery.",
+                                     buckets: Self.latencyBuckets)
     }
 
     func flushed(seconds: Double) { flushDuration.observe(seconds) }
+
+    /// A delivery FCM accepted, `seconds` after its dose was recorded.
+    func waited(seconds: Double) { latency.observe(max(0, seconds)) }
 
     private static func processedCounter(_ registry: MetricsRegistry, _ status: String) -> Counter {
         registry.counter("push_outbox_processed_total", help: "Outbox events that reached a state after processing, by status.",

@@ -107,7 +107,7 @@ struct FCMResponseClassifierTests {
 
     @Test func message_matchesTheSpecExactly() throws {
         let push = DoseTakenPush(token: "tok", eventKey: "doseTaken:g1", patientId: "p1", displayName: "山田花子", date: "2026-02-11",
-                                 slot: "morning", recordingGroupId: nil, withinTime: true)
+                                 slot: "morning", recordingGroupId: nil, withinTime: true, expiration: 1_770_850_000)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: push))) as? [String: Any])
         let message = try #require(json["message"] as? [String: Any])
         #expect(message["token"] as? String == "tok")
@@ -115,7 +115,10 @@ struct FCMResponseClassifierTests {
         #expect(message["data"] as? [String: String] == ["type": "DOSE_TAKEN", "patientId": "p1", "date": "2026-02-11",
                                                          "slot": "morning", "recordingGroupId": ""])
         let apns = try #require(message["apns"] as? [String: Any])
-        #expect(apns["headers"] as? [String: String] == ["apns-collapse-id": "doseTaken:g1"])
+        #expect(apns["headers"] as? [String: String] == ["apns-collapse-id": "doseTaken:g1", "apns-push-type": "alert",
+                                                         "apns-priority": "10", "apns-expiration": "1770850000"])
+        #expect(message["fcm_options"] as? [String: String] == ["analytics_label": "dose_taken"])
+        #expect(Set(message.keys) == ["token", "notification", "data", "apns", "fcm_options"])
         #expect((apns["payload"] as? [String: Any])?["aps"] as? [String: String] == ["sound": "default", "thread-id": "patient-p1"])
         #expect(FCMMessage.body(displayName: "太郎", withinTime: false) == "太郎さんが薬を服用しました")
         let long = FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100))

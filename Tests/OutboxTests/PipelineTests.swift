@@ -27,8 +27,13 @@ struct PipelineTests {
             #expect(deliveries.map(\.messageId) == ["projects/p/messages/token-a", "projects/p/messages/token-b"])
             let pushes = sender.pushes.sorted { $0.token < $1.token }
             #expect(pushes.map(\.token) == ["token-a", "token-b"])
+            // apns-expiration: the row's createdAt + EVENT_MAX_AGE (24 h), in UNIX seconds.
+            let expiration = try db.connection.query(#"SELECT floor(extract(epoch FROM "createdAt") + 86400)::bigint AS e FROM "PushOutbox" WHERE id = $1"#,
+                                                     [.int(Int(id))])[0]["e"].int()
             #expect(pushes[0] == DoseTakenPush(token: "token-a", eventKey: "doseTaken:group-1", patientId: "p1", displayName: "山田花子",
-                                               date: "2026-02-11", slot: "morning", recordingGroupId: "group-1", withinTime: true))
+                                               date: "2026-02-11", slot: "morning", recordingGroupId: "group-1", withinTime: true,
+                                               expiration: Int64(expiration)))
+            #expect(metrics.render().contains("push_delivery_latency_seconds_count 2"))
             #expect(metrics.value("push_deliveries_total", labels: ["result": "sent"]) == 2)
         }
     }

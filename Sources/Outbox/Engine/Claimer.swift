@@ -103,10 +103,14 @@ struct Claimer: Sendable {
             guard !deliveries.isEmpty else { continue }
             let event = members[0].event
             let name = members[0].claim.displayName ?? ""
+            // The same on every retry: the row's creation, not the claim, decides when the push goes stale.
+            let createdAt = members.compactMap(\.claim.createdAt).min()
+            let expiration = createdAt.map { Int64(($0.timeIntervalSince1970 + configuration.eventMaxAge.asSeconds).rounded(.down)) }
             for delivery in deliveries {
                 sends.append(PendingSend(group: id, delivery: delivery, push: DoseTakenPush(
                     token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name, date: event.date,
-                    slot: event.slot, recordingGroupId: event.recordingGroupId, withinTime: event.withinTime)))
+                    slot: event.slot, recordingGroupId: event.recordingGroupId, withinTime: event.withinTime,
+                    expiration: expiration), createdAt: createdAt))
             }
         }
         dispatcher.enqueue(sends)

@@ -55,18 +55,21 @@ final class Completer: Sendable {
     /// Failed attempts after which a write is given up while running (nil: only at the stop deadline).
     private let maxWriteAttempts: Int?
     private let onSettled: @Sendable () -> Void
+    /// Shared with the heartbeat: one of them writes at a time.
+    private let turn: WriteTurn
     private let state = Mutex(State())
     /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
     private let eagerCount: Int
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, maxWriteAttempts: Int? = nil, onSettled: @escaping @Sendable () -> Void) {
+         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, onSettled: @escaping @Sendable () -> Void) {
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
         self.stop = stop
         self.maxWriteAttempts = maxWriteAttempts
+        self.turn = turn
         self.onSettled = onSettled
         eagerCount = max(1, min(configuration.completerFlushCount, configuration.maxInFlight / 2))
     }
@@ -118,6 +121,7 @@ final class Completer: Sendable {
         switch outcome {
         case .sent:
             metrics.delivered(.sent)
+            if let createdAt = send.createdAt { metrics.waited(seconds: Date().timeIntervalSince(createdAt)) }
         case .tokenInvalid(let reason):
             metrics.delivered(.tokenInvalid)
             logger.info("device token is no longer valid", metadata: metadata(send, reason))
@@ -183,7 +187,7 @@ final class Completer: Sendable {
                 if let disabling = entry.disabling { reasons[disabling.device] = disabling.reason }
             }
             let started = ContinuousClock.now
-            await write(batch, disableReasons: reasons)
+            await turn.run { await write(batch, disableReasons: reasons) }
             metrics.flushed(seconds: (ContinuousClock.now - started).asSeconds)
             written(receipt)
         }

@@ -80,11 +80,12 @@ public final class DeliveryEngine: Service {
         let book = EngineBook(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor,
                               unwrittenGauge: metrics.unwritten)
         let wake = self.wake
-        let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop,
+        let turn = WriteTurn()
+        let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                   maxWriteAttempts: untilIdle ? 40 : nil, onSettled: { wake.wake() })
         let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, onProgress: onProgress)
         let claimer = Claimer(store: store, dispatcher: dispatcher, completer: completer, configuration: configuration, logger: logger)
-        let heartbeat = LeaseHeartbeat(store: store, book: book, configuration: configuration, logger: logger)
+        let heartbeat = LeaseHeartbeat(store: store, book: book, turn: turn, configuration: configuration, logger: logger)
         let finished = WakeSignal()
 
         async let written: Void = completer.run(written: { dispatcher.written($0) })

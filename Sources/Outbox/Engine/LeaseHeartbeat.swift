@@ -8,6 +8,8 @@ import Logging
 struct LeaseHeartbeat: Sendable {
     let store: OutboxStore
     let book: EngineBook
+    /// Shared with the completer: one of them writes at a time.
+    let turn: WriteTurn
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
 
@@ -28,7 +30,10 @@ struct LeaseHeartbeat: Sendable {
         let held = book.transition { $0.heldLeases() }
         guard !held.events.isEmpty || !held.deliveries.isEmpty else { return }
         do {
-            let kept = try await store.extendLeases(events: held.events, deliveries: held.deliveries, lease: configuration.lease)
+            let kept = try await turn.run { () async -> Result<(events: Set<Int64>, deliveries: Set<String>), any Error> in
+                do { return .success(try await store.extendLeases(events: held.events, deliveries: held.deliveries, lease: configuration.lease)) }
+                catch { return .failure(error) }
+            }.get()
             // Keyed by lease too: a row written meanwhile and claimed again by this instance holds a new lease.
             let lostEvents = Set(held.events.filter { !kept.events.contains($0.id) }.map { EngineStateMachine.Held(id: "\($0.id)", lease: $0.lease) })
             let lostDeliveries = Set(held.deliveries.filter { !kept.deliveries.contains($0.id) }.map { EngineStateMachine.Held(id: $0.id, lease: $0.lease) })

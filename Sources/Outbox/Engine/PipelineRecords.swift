@@ -28,6 +28,9 @@ public struct ClaimedEvent: Sendable {
     /// The patient's `"displayName"`, nil when no `"Patient"` row has this id (never logged).
     public var displayName: String?
     public var lease: LeaseToken
+    /// The outbox row's `"createdAt"` (when the dose was recorded): the start of the caregiver's wait, and with
+    /// `EVENT_MAX_AGE` the push's `apns-expiration`.
+    public var createdAt: Date?
 }
 
 /// A leased PENDING delivery ready to send.
@@ -100,6 +103,8 @@ struct PendingSend: Sendable {
     var group: EventGroupID
     var delivery: ClaimedDelivery
     var push: DoseTakenPush
+    /// The event's `"createdAt"`, for `push_delivery_latency_seconds`.
+    var createdAt: Date?
 }
 
 /// Identifies the events of one claim that share an eventKey (normally one event).

@@ -1,0 +1,87 @@
+import FCM
+import Foundation
+import Testing
+
+/// The request body stays within FCM's 4,096 bytes whatever the display name: a name that does not fit is
+/// shortened by whole grapheme clusters and ends with `…`; nothing else is shortened; a short name is untouched.
+@Suite("FCM message: size and the APNs headers")
+struct FCMMessageTests {
+    static func push(name: String, withinTime: Bool = true) -> DoseTakenPush {
+        DoseTakenPush(token: "fcm-token-" + String(repeating: "x", count: 150), eventKey: "doseTaken:group-1", patientId: "p1",
+                      displayName: name, date: "2026-02-11", slot: "morning", recordingGroupId: "group-1", withinTime: withinTime,
+                      expiration: 1_770_850_000)
+    }
+
+    /// The display name as it went out: the notification body without its fixed suffix.
+    static func sentName(_ push: DoseTakenPush) throws -> String {
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: push))) as? [String: Any])
+        let body = try #require(((json["message"] as? [String: Any])?["notification"] as? [String: String])?["body"])
+        let suffix = push.withinTime ? "さんが時間内に薬を服用しました" : "さんが薬を服用しました"
+        #expect(body.hasSuffix(suffix))
+        return String(body.dropLast(suffix.count))
+    }
+
+    /// Bytes a name takes in the body: UTF-8, with `"` and `\\` escaped (the only escapes these names need).
+    static func escapedBytes(_ name: String) -> Int { name.utf8.count + name.utf8.count { $0 == 0x22 || $0 == 0x5C } }
+
+    /// Bytes of the body with an empty name: what a name may add is 4,096 minus this.
+    static var fixedBytes: Int { FCMMessage.json(for: push(name: "")).count }
+
+    @Test func ordinaryName_isUntouched() throws {
+        let push = Self.push(name: "山田花子")
+        #expect(try Self.sentName(push) == "山田花子")
+        #expect(FCMMessage.json(for: push).count < 4096)
+    }
+
+    @Test func nameExactlyAtTheLimit_isUntouched_andOneByteMoreIsShortened() throws {
+        let fits = String(repeating: "a", count: 4096 - Self.fixedBytes)
+        #expect(FCMMessage.json(for: Self.push(name: fits)).count == 4096)
+        #expect(try Self.sentName(Self.push(name: fits)) == fits)
+        let over = fits + "b"
+        let sent = try Self.sentName(Self.push(name: over))
+        #expect(sent == String(repeating: "a", count: 4096 - Self.fixedBytes - 3) + "…")
+        #expect(FCMMessage.json(for: Self.push(name: over)).count == 4096)
+    }
+
+    @Test(arguments: [
+        ("ascii", String(repeating: "a", count: 5_000)),
+        ("cjk", String(repeating: "患", count: 1_400)),
+        ("family emoji (ZWJ sequence)", String(repeating: "👨‍👩‍👧‍👦", count: 300)),
+        ("flag", String(repeating: "🇯🇵", count: 700)),
+        ("combining marks", String(repeating: "e\u{301}\u{323}", count: 1_000)),
+        ("hangul jamo", String(repeating: "\u{1100}\u{1161}\u{11A8}", count: 600)),
+        ("escaped quotes", String(repeating: "\"\\", count: 1_500)),
+    ])
+    func longName_isCutBetweenWholeCharacters_andTheBodyFits(kind: String, name: String) throws {
+        let push = Self.push(name: name)
+        let bytes = FCMMessage.json(for: push)
+        #expect(bytes.count <= 4096, "\(kind): \(bytes.count) bytes")
+        let sent = try Self.sentName(push)
+        #expect(sent.hasSuffix("…"))
+        let kept = String(sent.dropLast())
+        #expect(name.hasPrefix(kept))
+        // Whole grapheme clusters only: the kept part is exactly the first N characters of the name.
+        #expect(Array(kept) == Array(name.prefix(kept.count)), "\(kind) was cut inside a character")
+        // As long as fits: one more character would not (`json` never returns more than 4,096 bytes, so count it).
+        let longer = String(name.prefix(kept.count + 1)) + "…"
+        #expect(Self.fixedBytes + Self.escapedBytes(longer) > 4096, "\(kind) was cut shorter than needed")
+    }
+
+    @Test func nothingButTheNameIsShortened() throws {
+        let push = Self.push(name: String(repeating: "患", count: 3_000), withinTime: false)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: push))) as? [String: Any])
+        let message = try #require(json["message"] as? [String: Any])
+        #expect(message["token"] as? String == push.token)
+        #expect((message["notification"] as? [String: String])?["title"] == "服薬記録")
+        #expect(message["data"] as? [String: String] == ["type": "DOSE_TAKEN", "patientId": "p1", "date": "2026-02-11",
+                                                         "slot": "morning", "recordingGroupId": "group-1"])
+    }
+
+    @Test func apnsHeaders_alertPriorityAndExpiration() throws {
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: Self.push(name: "n")))) as? [String: Any])
+        let headers = try #require(((json["message"] as? [String: Any])?["apns"] as? [String: Any])?["headers"] as? [String: String])
+        #expect(headers["apns-push-type"] == "alert")
+        #expect(headers["apns-priority"] == "10")
+        #expect(headers["apns-expiration"] == "1770850000")
+    }
+}
