@@ -5,56 +5,110 @@ import Logging
 import Metrics
 import Synchronization
 
-/// OAuth2 access tokens for FCM from a service account (RFC 7523 JWT bearer grant). Cached,
-/// refreshed a few minutes before expiry, one refresh shared by every concurrent caller.
+/// OAuth2 access tokens for FCM from a service account (RFC 7523 JWT bearer grant). Cached and refreshed in
+/// the background from `refreshMargin` before expiry, so no send waits for Google while the token it has is
+/// still good; one refresh is shared by every concurrent caller. A refused or unanswered token request is
+/// backed off (6 s, 12 s, 24 s, … 60 s: never more than 10 a minute), and `onStatus` tells readiness why.
 public actor AccessTokenProvider {
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
-    /// Refresh this long before the token expires.
+    /// Refresh in the background from this long before the token expires.
     public static let refreshMargin: TimeInterval = 300
+    /// A token with less than this left is not used: callers wait for a new one.
+    public static let expiryMargin: TimeInterval = 60
+    /// Waits between failed token requests: 6 s doubling to 60 s.
+    public static let failureBackoff = (first: 6.0, cap: 60.0)
+
+    /// What the token endpoint last said, for `/readyz` `fcm_credentials`.
+    public enum Status: Sendable, Equatable {
+        case ok
+        /// Refused (Google's `error` and `error_description`) or not answered.
+        case failing(String)
+    }
 
     private let account: ServiceAccount
     private let http: HTTPClient
     private let now: @Sendable () -> Date
     private let refreshes: Counter
+    private let requests: Counter
     private let logger: Logger
+    private let onStatus: @Sendable (Status) -> Void
     private var cached: (token: String, expiresAt: Date)? {
         didSet { current.withLock { $0 = cached } }
     }
     /// The cached token, readable without hopping onto the actor (every send reads it).
     private nonisolated let current = Mutex<(token: String, expiresAt: Date)?>(nil)
+    /// A background refresh has been started and not finished.
+    private nonisolated let refreshing = Mutex(false)
     private var inFlight: Task<(String, Date), any Error>?
+    /// The last failure and when the next request may go out.
+    private var failure: (error: any Error, attempts: Int, retryAt: Date)?
 
     /// `now` is injectable so tests move time without sleeping.
     public init(account: ServiceAccount, http: HTTPClient, metrics: MetricsRegistry, logger: Logger,
-                now: @escaping @Sendable () -> Date = Date.init) {
+                now: @escaping @Sendable () -> Date = Date.init, onStatus: @escaping @Sendable (Status) -> Void = { _ in }) {
         self.account = account
         self.http = http
         self.now = now
         self.logger = logger
+        self.onStatus = onStatus
         refreshes = metrics.counter("fcm_token_refreshes_total", help: "OAuth access tokens fetched for FCM.")
+        requests = metrics.counter("fcm_token_requests_total", help: "Requests made to the OAuth token endpoint, answered or not.")
     }
 
-    /// A valid access token, fetched only when none is cached or it is about to expire.
+    /// A valid access token: the cached one while it has more than `expiryMargin` left, else a new one.
     public nonisolated func token() async throws -> String {
         if let fresh = cachedToken() { return fresh }
-        return try await refreshedToken()
+        return try await refreshedToken(force: false)
     }
 
-    /// The cached token when it is not due for refresh; nil when a fetch is needed. No suspension.
+    /// The cached token while it has more than `expiryMargin` left; nil when callers must wait for a fetch. From
+    /// `refreshMargin` before expiry, it starts one background refresh (and keeps answering with the old token).
+    /// No suspension.
     public nonisolated func cachedToken() -> String? {
-        guard let fresh = current.withLock({ $0 }), fresh.expiresAt.timeIntervalSince(now()) > Self.refreshMargin else { return nil }
+        guard let fresh = current.withLock({ $0 }) else { return nil }
+        let left = fresh.expiresAt.timeIntervalSince(now())
+        guard left > Self.expiryMargin else { return nil }
+        if left <= Self.refreshMargin, refreshing.withLock({ started in defer { started = true }; return !started }) {
+            Task { await self.refreshInBackground() }
+        }
         return fresh.token
     }
 
-    private func refreshedToken() async throws -> String {
-        if let cached, cached.expiresAt.timeIntervalSince(now()) > Self.refreshMargin { return cached.token }
+    private func refreshInBackground() async {
+        do {
+            _ = try await refreshedToken(force: true)
+        } catch {
+            // The flag stays set until the next request may go out, so sends meanwhile do not each start a refresh.
+            if let retryAt = failure?.retryAt { try? await Task.sleep(for: .seconds(max(0, retryAt.timeIntervalSince(now())))) }
+        }
+        refreshing.withLock { $0 = false }
+    }
+
+    /// A new token unless one with more than `refreshMargin` left is cached (or, `force` false, `expiryMargin`).
+    private func refreshedToken(force: Bool) async throws -> String {
+        if let cached, cached.expiresAt.timeIntervalSince(now()) > (force ? Self.refreshMargin : Self.expiryMargin) { return cached.token }
         if let inFlight { return try await inFlight.value.0 }
+        if let failure, now() < failure.retryAt { throw failure.error }
         let task = Task { try await self.fetch() }
         inFlight = task
         defer { inFlight = nil }
-        let (token, expiresAt) = try await task.value
-        cached = (token, expiresAt)
-        return token
+        do {
+            let (token, expiresAt) = try await task.value
+            cached = (token, expiresAt)
+            if failure != nil {
+                logger.notice("the OAuth token endpoint accepts the service account again")
+                failure = nil
+            }
+            onStatus(.ok)
+            return token
+        } catch {
+            let attempts = (failure?.attempts ?? 0) + 1
+            let wait = min(Self.failureBackoff.cap, Self.failureBackoff.first * Double(1 << min(attempts - 1, 10)))
+            failure = (error, attempts, now().addingTimeInterval(wait))
+            if attempts == 1 { logger.error("the OAuth token endpoint refuses the service account or does not answer", metadata: ["error": "\(error)"]) }
+            onStatus(.failing("\(error)"))
+            throw error
+        }
     }
 
     /// Drops the cached token if it is still `token` (after FCM answered 401 for it).
@@ -71,6 +125,7 @@ public actor AccessTokenProvider {
             key: account.privateKey)
         let form = "grant_type=" + formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer") + "&assertion=" + formEncode(assertion)
         let response: HTTPResponse
+        requests.increment()
         do {
             response = try await http.execute(HTTPRequest(method: .post, url: account.tokenURI,
                                                           headers: ["Content-Type": "application/x-www-form-urlencoded"],
@@ -80,7 +135,9 @@ public actor AccessTokenProvider {
         }
         let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
         guard response.status == 200, let token = object?["access_token"] as? String, !token.isEmpty else {
-            let reason = (object?["error_description"] as? String) ?? (object?["error"] as? String) ?? "no access_token in the answer"
+            // Google's OAuth errors: {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}.
+            let reason = [object?["error"] as? String, object?["error_description"] as? String].compactMap { $0 }.joined(separator: ": ")
+                .nonEmpty ?? "no access_token in the answer"
             throw FCMError(.tokenRequestFailed, "token endpoint \(account.tokenURI) answered \(response.status): \(reason.prefix(200))")
         }
         let lifetime = (object?["expires_in"] as? NSNumber)?.doubleValue ?? 3600
@@ -94,4 +151,8 @@ public actor AccessTokenProvider {
         allowed.insert(charactersIn: "-._~")
         return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
     }
+}
+
+private extension String {
+    var nonEmpty: String? { isEmpty ? nil : self }
 }

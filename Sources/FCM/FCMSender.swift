@@ -33,14 +33,16 @@ public final class FCMSender: PushSender {
 
     private let gate: SendGate
 
-    /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check).
+    /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check);
+    /// `onCredentials` what the OAuth token endpoint last said (`fcm_credentials`).
     public init(configuration: FCMConfiguration, logger: Logger, metrics: MetricsRegistry,
-                now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in }) throws(HTTPError) {
+                now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
+                onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws(HTTPError) {
         // Overload and connection faults pause after this many in a row (a single device's 429 must not).
         gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), logger: logger, metrics: metrics, onHealth: onHealth)
         http = try HTTPClient(configuration: configuration.http)
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
-                                     logger: logger, now: now)
+                                     logger: logger, now: now, onStatus: onCredentials)
         endpoint = "\(configuration.baseURL)/v1/projects/\(configuration.serviceAccount.projectId)/messages:send"
         self.logger = logger
         self.now = now

@@ -5,6 +5,13 @@ import HTTPServer
 extension FCMEmulator {
     /// Google's OAuth token endpoint for the JWT-bearer grant (RFC 7523).
     func issueToken(_ request: HTTPServerRequest) -> HTTPServerResponse {
+        let refusal = state.withLock { s -> (error: String, description: String)? in
+            s.counters.tokenRequests += 1
+            if let until = s.tokenRefusalUntil, Date() >= until { s.tokenRefusal = nil; s.tokenRefusalUntil = nil }
+            return s.tokenRefusal
+        }
+        // Google's answer to a deleted or disabled key, or a host clock far off.
+        if let refusal { return refuse(refusal.error, refusal.description) }
         let form = Self.parseForm(String(decoding: request.body, as: UTF8.self))
         guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
             return refuse("unsupported_grant_type", "Invalid grant_type: \(form["grant_type"] ?? "")")

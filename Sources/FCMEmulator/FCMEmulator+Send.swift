@@ -48,8 +48,15 @@ extension FCMEmulator {
         }
     }
 
-    /// FCM's validation of the body: JSON, a token, string data values, a short apns-collapse-id.
+    /// FCM's validation of the body: at most 4,096 bytes, JSON, a token, string data values, APNs headers as FCM and
+    /// APNs document them (string values, a short apns-collapse-id, apns-priority 5 or 10, a known apns-push-type,
+    /// apns-expiration in UNIX seconds), and an analytics label FCM accepts.
     private func validate(_ request: HTTPServerRequest) -> Validated {
+        if request.body.count > Self.maxMessageBytes {
+            // FCM's answer to an oversized message names no field.
+            count("oversized")
+            return .refused(Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.", errorCode: "INVALID_ARGUMENT"))
+        }
         guard let root = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
               let message = root["message"] as? [String: Any] else {
             count("bad_request")
@@ -69,14 +76,50 @@ extension FCMEmulator {
                 return .refused(Self.badRequest("message.data[\(key)].value", "Invalid value at 'message.data[\(key)].value' (TYPE_STRING)"))
             }
         }
-        if let apns = message["apns"] as? [String: Any], let headers = apns["headers"] as? [String: Any],
-           let collapse = headers["apns-collapse-id"] as? String, collapse.utf8.count > 64 {
+        if let headers = (message["apns"] as? [String: Any])?["headers"] as? [String: Any], let refusal = Self.apnsHeaderProblem(headers) {
             count("bad_request")
-            return .refused(Self.badRequest("message.apns.headers", "apns-collapse-id must not exceed 64 bytes"))
+            return .refused(Self.badRequest("message.apns.headers", refusal))
+        }
+        if let options = message["fcm_options"] as? [String: Any], let label = options["analytics_label"] {
+            guard let label = label as? String, Self.isValidAnalyticsLabel(label) else {
+                count("bad_request")
+                return .refused(Self.badRequest("message.fcm_options.analytics_label", "Invalid analytics_label"))
+            }
         }
 
         let collapseId = ((message["apns"] as? [String: Any])?["headers"] as? [String: Any])?["apns-collapse-id"] as? String ?? ""
         return .message(token: token, collapseId: collapseId)
+    }
+
+    /// FCM refuses a message over 4,096 bytes.
+    static let maxMessageBytes = 4096
+    /// `apns-push-type` values APNs knows.
+    static let apnsPushTypes: Set<String> = ["alert", "background", "location", "voip", "complication", "fileprovider", "mdm",
+                                             "liveactivity", "pushtotalk"]
+
+    /// What is wrong with the APNs headers, as FCM would refuse them; nil when nothing is.
+    static func apnsHeaderProblem(_ headers: [String: Any]) -> String? {
+        for (name, value) in headers where !(value is String) {
+            return "Invalid value at 'message.apns.headers[\(name)]' (TYPE_STRING)"
+        }
+        let values = headers.compactMapValues { $0 as? String }
+        if let collapse = values["apns-collapse-id"], collapse.utf8.count > 64 { return "apns-collapse-id must not exceed 64 bytes" }
+        if let priority = values["apns-priority"], priority != "5", priority != "10" { return "BadPriority: apns-priority must be 5 or 10" }
+        if let type = values["apns-push-type"], !apnsPushTypes.contains(type) { return "InvalidPushType: \(type)" }
+        if values["apns-push-type"] == "background", values["apns-priority"] == "10" {
+            return "BadPriority: a background push must have apns-priority 5"
+        }
+        if let expiration = values["apns-expiration"], expiration.isEmpty || !expiration.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            return "BadExpirationDate: apns-expiration must be a UNIX epoch date in seconds"
+        }
+        return nil
+    }
+
+    /// FCM's pattern for `fcm_options.analytics_label`: `^[a-zA-Z0-9-_.~%]{1,50}$`.
+    static func isValidAnalyticsLabel(_ label: String) -> Bool {
+        (1...50).contains(label.utf8.count) && label.utf8.allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) || "-_.~%".utf8.contains(byte)
+        }
     }
 
     /// The unavailable window after start and scripted failures; counts retries that came early.

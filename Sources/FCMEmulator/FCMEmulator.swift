@@ -57,6 +57,8 @@ public final class FCMEmulator: Sendable {
         public var earlyRetries = 0
         /// Distinct (token, collapse id) pairs accepted.
         public var distinctAccepted = 0
+        /// Requests to the token endpoint, granted or refused.
+        public var tokenRequests = 0
     }
 
     let configuration: Configuration
@@ -70,6 +72,9 @@ public final class FCMEmulator: Sendable {
         var acceptedKeys: Set<String> = []
         var retryNotBefore: [String: Date] = [:]
         var projectFault: ProjectFault?
+        /// Every token request is refused with this OAuth error while set (until `tokenRefusalUntil`, when set).
+        var tokenRefusal: (error: String, description: String)?
+        var tokenRefusalUntil: Date?
     }
 
     let state = Mutex(State())
@@ -86,6 +91,16 @@ public final class FCMEmulator: Sendable {
         case permissionDenied
         /// A proxy's (or a mistyped base URL's) HTML 404.
         case htmlNotFound
+    }
+
+    /// Refuses every token request as Google does when the service account's key is deleted or disabled (400
+    /// `invalid_grant` "Invalid JWT Signature."), for `duration` or until called again with nil.
+    public func refuseTokens(_ refusal: (error: String, description: String)? = ("invalid_grant", "Invalid JWT Signature."),
+                             for duration: Duration? = nil) {
+        state.withLock { s in
+            s.tokenRefusal = refusal
+            s.tokenRefusalUntil = duration.map { Date().addingTimeInterval(Double($0.components.seconds)) }
+        }
     }
 
     /// Starts (or with nil, ends) answering every send with a project-wide fault.
@@ -137,7 +152,7 @@ public final class FCMEmulator: Sendable {
             let object: [String: Any] = ["tokensIssued": stats.tokensIssued, "assertionsRefused": stats.assertionsRefused,
                                          "sends": stats.sendsByOutcome, "connections": stats.connections,
                                          "duplicates": stats.duplicates, "earlyRetries": stats.earlyRetries,
-                                         "distinctAccepted": stats.distinctAccepted]
+                                         "distinctAccepted": stats.distinctAccepted, "tokenRequests": stats.tokenRequests]
             return .json(200, Self.serialize(object))
         case ("GET", "/received"):
             // Arrival times by recordingGroupId, for end-to-end latency measurements.

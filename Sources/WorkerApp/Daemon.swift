@@ -48,6 +48,10 @@ struct Supervisor {
         let pools = DaemonPools(configuration: configuration)
         parts.liveness.beat("outbox")
         parts.liveness.beat("status")
+        // The first access token is fetched at start, not by the first push: `/readyz` `fcm_credentials` then tells
+        // at once whether Google accepts the service account (a refusal is backed off and reported, never fatal).
+        let sender = parts.sender
+        Task { try? await sender.checkCredentials() }
         // READY=1 only once the database answers with the current schema.
         guard await waitForDatabase(pools.pipeline, stop: runner.shutdown) else {
             logger.notice("stopped before the database became available")

@@ -58,6 +58,11 @@ final class DaemonParts: Sendable {
                                        case .ok: health.set(.fcm, .ok)
                                        case .paused(let fault, let reason): health.set(.fcm, .down("sending paused (\(fault.rawValue) fault): \(reason)"))
                                        }
+                                   }, onCredentials: { status in
+                                       switch status {
+                                       case .ok: health.set(.fcmCredentials, .ok)
+                                       case .failing(let reason): health.set(.fcmCredentials, .down(reason))
+                                       }
                                    })
         let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
         health.set(.appStore, appStore == nil ? .disabled : .ok)

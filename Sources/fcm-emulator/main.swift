@@ -5,6 +5,7 @@ import HTTPServer
 // fcm-emulator: a loopback FCM HTTP v1 + Google OAuth stand-in for the demo, fault suite and benchmark.
 //   fcm-emulator --public-key sa.pub [--cert server.pem --key server.key] [--host 127.0.0.1] [--port 0]
 //                [--latency-ms 0] [--no-record] [--unavailable-seconds N [--unavailable-retry-after S]]
+//                [--refuse-tokens-seconds N]   (the token endpoint answers invalid_grant for the first N seconds)
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
 
 func fail(_ message: String) -> Never {
@@ -38,6 +39,7 @@ configuration.unavailableFor = .seconds(Int(options["--unavailable-seconds"] ?? 
 if let retryAfter = options["--unavailable-retry-after"].flatMap(Int.init) { configuration.unavailableRetryAfter = .seconds(retryAfter) }
 let emulator: FCMEmulator
 do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }
+if let seconds = options["--refuse-tokens-seconds"].flatMap(Int.init), seconds > 0 { emulator.refuseTokens(for: .seconds(seconds)) }
 print("fcm-emulator listening on \(emulator.baseURL) (token endpoint \(emulator.tokenURI))")
 fflush(nil)
 signal(SIGTERM, SIG_IGN)

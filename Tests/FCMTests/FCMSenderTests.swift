@@ -5,6 +5,7 @@ import HTTP
 import HTTPServer
 import Logging
 import Metrics
+import Synchronization
 import Testing
 import TestSupport
 
@@ -19,7 +20,8 @@ struct FCMSenderTests {
     }
 
     static func rig(trust: Bool = true, signingKey: String? = nil, tokenLifetime: Int = 3600,
-                    now: @escaping @Sendable () -> Date = Date.init) throws -> Rig {
+                    now: @escaping @Sendable () -> Date = Date.init,
+                    onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws -> Rig {
         let fixtures = TLSFixtures.shared
         let keys = try fixtures.rsaKeyPair()
         var configuration = FCMEmulator.Configuration(
@@ -33,7 +35,7 @@ struct FCMSenderTests {
         let sender = try FCMSender(
             configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                             http: HTTPClientConfiguration(maxInFlight: 20, caFile: trust ? fixtures.caFile : nil)),
-            logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics, now: now)
+            logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics, now: now, onCredentials: onCredentials)
         return Rig(emulator: emulator, sender: sender, metrics: metrics, serviceAccountFile: file)
     }
 
@@ -97,6 +99,43 @@ struct FCMSenderTests {
         #expect(reason.contains("message.data[count].value"))
     }
 
+    /// Posts a raw body to the emulator as the sender would, and classifies the answer.
+    static func post(_ rig: Rig, _ body: String) async throws -> FCMResponseClassifier.Result {
+        let token = try await rig.sender.tokens.token()
+        let response = try await rig.sender.http.execute(HTTPRequest(
+            method: "POST", url: "\(rig.emulator.baseURL)/v1/projects/test-project/messages:send",
+            headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"], body: Array(body.utf8)))
+        return FCMResponseClassifier.classify(status: response.status, headers: response.headers, body: response.body)
+    }
+
+    /// The emulator refuses what FCM refuses: a body over 4,096 bytes (400 naming no field), APNs headers APNs would
+    /// not take, an analytics label outside FCM's pattern; and it takes the worker's message with a 3,000-character
+    /// name, shortened to fit, carrying the alert headers.
+    @Test func emulator_refusesOversizedBodiesAndBadAPNsHeaders_andTakesALongNameShortened() async throws {
+        let rig = try Self.rig()
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        let big = #"{"message":{"token":"good","notification":{"body":""# + String(repeating: "a", count: 4_100) + #""}}}"#
+        #expect(try await Self.post(rig, big) == .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: Request contains an invalid argument.")))
+        for headers in [#"{"apns-priority":"7"}"#, #"{"apns-push-type":"alarm"}"#, #"{"apns-expiration":"tomorrow"}"#,
+                        #"{"apns-priority":10}"#, #"{"apns-push-type":"background","apns-priority":"10"}"#] {
+            let result = try await Self.post(rig, #"{"message":{"token":"good","apns":{"headers":"# + headers + "}}}")
+            #expect(result == .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: bad field message.apns.headers")), "\(headers)")
+        }
+        let label = try await Self.post(rig, #"{"message":{"token":"good","fcm_options":{"analytics_label":"dose taken!"}}}"#)
+        #expect(label == .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: bad field message.fcm_options.analytics_label")))
+
+        var push = Self.push("good-token-long")
+        push.displayName = String(repeating: "患", count: 3_000)
+        push.expiration = 1_770_850_000
+        guard case .sent = await rig.sender.send(push) else { Issue.record("a long name was not delivered"); return }
+        let received = try #require(rig.emulator.receivedMessages.last)
+        #expect(received.json.utf8.count <= 4096)
+        let message = try #require((try JSONSerialization.jsonObject(with: Data(received.json.utf8)) as? [String: Any])?["message"] as? [String: Any])
+        #expect((message["apns"] as? [String: Any])?["headers"] as? [String: String] == [
+            "apns-collapse-id": "doseTaken:g1", "apns-push-type": "alert", "apns-priority": "10", "apns-expiration": "1770850000"])
+        #expect(((message["notification"] as? [String: String])?["body"])?.contains("患…さんが薬を服用しました") == true)
+    }
+
     @Test func oneTokenFetch_servesManySends() async throws {
         let rig = try Self.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }
@@ -115,10 +154,56 @@ struct FCMSenderTests {
         _ = await rig.sender.send(Self.push("good-1"))
         _ = await rig.sender.send(Self.push("good-2"))
         #expect(rig.emulator.stats.tokensIssued == 1)
-        clock.now = Date()  // the cached token now has < 5 minutes left (by this clock)
-        _ = await rig.sender.send(Self.push("good-3"))
-        #expect(rig.emulator.stats.tokensIssued == 2)
+        clock.now = Date()  // the cached token now has < 5 minutes left (by this clock), more than 1 minute
+        // The send does not wait for Google: it goes out with the old token while a refresh runs in the background.
+        let requestsBefore = rig.emulator.stats.tokenRequests
+        guard case .sent = await rig.sender.send(Self.push("good-3")) else { Issue.record("not sent"); return }
+        #expect(try await Self.eventually { rig.emulator.stats.tokensIssued == 2 })
         #expect(rig.emulator.receivedMessages.count == 3)
+        #expect(rig.emulator.stats.tokenRequests == requestsBefore + 1)
+    }
+
+    static func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return condition()
+    }
+
+    /// Google refuses the service account (400 invalid_grant "Invalid JWT Signature."): sends are retried, never
+    /// FAILED; token requests are backed off (at most 10 a minute, never two within 5 s); readiness names Google's
+    /// error; once Google accepts the assertion again, sending resumes by itself.
+    @Test func tokenEndpointRefusing_isBackedOff_reported_andRecoversByItself() async throws {
+        // The clock starts in the past so that, moved on by the test, the assertions' iat stays acceptable to the emulator.
+        let clock = TestClock(Date().addingTimeInterval(-200))
+        let statuses = Mutex<[AccessTokenProvider.Status]>([])
+        let rig = try Self.rig(now: { clock.now }, onCredentials: { status in statuses.withLock { $0.append(status) } })
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        rig.emulator.refuseTokens()
+        for second in 0..<60 {
+            for _ in 0..<5 { _ = try? await rig.sender.tokens.token() }
+            if second == 0 {
+                let outcome = await rig.sender.send(Self.push("good-1"))
+                #expect(outcome == .retry(reason: "OAUTH_TOKEN_UNAVAILABLE", after: nil, minimumBackoff: nil))
+            }
+            clock.now = clock.now.addingTimeInterval(1)
+        }
+        let requests = rig.emulator.stats.tokenRequests
+        #expect(requests >= 2 && requests <= 10, "\(requests) token requests in 60 s of refusal")
+        let last = try #require(statuses.withLock { $0.last })
+        guard case .failing(let reason) = last else { Issue.record("readiness not told: \(last)"); return }
+        #expect(reason.contains("invalid_grant: Invalid JWT Signature."))
+        #expect(rig.emulator.receivedMessages.isEmpty)
+
+        rig.emulator.refuseTokens(nil)
+        clock.now = clock.now.addingTimeInterval(61)
+        // The sender paused for the project fault: this send is held until the pause ends (at most 10 s), then goes out.
+        let outcome = await rig.sender.send(Self.push("good-2"))
+        guard case .sent = outcome else { Issue.record("not sent after Google accepted again: \(outcome)"); return }
+        #expect(statuses.withLock { $0.last } == .ok)
+        #expect(rig.emulator.stats.tokensIssued == 1)
     }
 
     @Test func unauthenticated_refreshesOnceAndSucceeds() async throws {
