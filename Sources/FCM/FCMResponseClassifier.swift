@@ -17,6 +17,9 @@ public enum FCMResponseClassifier {
 
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
+    static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
+    /// The retry reason of a 429 for one device's message rate (not the project's quota).
+    public static let deviceQuotaReason = "QUOTA_EXCEEDED_DEVICE"
 
     /// The parts of Google's error JSON (`error.code`, `error.status`, `error.details[]`) that matter.
     public struct GoogleError: Sendable, Equatable {
@@ -27,6 +30,13 @@ public enum FCMResponseClassifier {
         public var fcmErrorCode: String?
         /// `field` of each BadRequest field violation.
         public var badRequestFields: [String]?
+        /// Each QuotaFailure violation's `subject`, `description` (and `quotaId`, `quotaMetric` when present), joined.
+        public var quotaViolations: [String]?
+
+        /// True when the QuotaFailure detail says one device's message rate ran out, not the project's quota.
+        public var isDeviceQuota: Bool {
+            quotaViolations?.contains { $0.lowercased().contains("device") } ?? false
+        }
 
         /// True when the error names the registration token: by message, or by a `message.token` field violation.
         public var namesRegistrationToken: Bool {
@@ -47,6 +57,11 @@ public enum FCMResponseClassifier {
                 case badRequestType?:
                     let violations = detail["fieldViolations"] as? [[String: Any]] ?? []
                     parsed.badRequestFields = violations.compactMap { $0["field"] as? String }
+                case quotaFailureType?:
+                    let violations = detail["violations"] as? [[String: Any]] ?? []
+                    parsed.quotaViolations = violations.map { violation in
+                        ["subject", "description", "quotaId", "quotaMetric"].compactMap { violation[$0] as? String }.joined(separator: " ")
+                    }
                 default:
                     continue
                 }
@@ -71,6 +86,11 @@ public enum FCMResponseClassifier {
         // The HTTP status decides the class first: a 5xx or 429 is never a dead token, whatever the
         // body says (scripts/fuzz found a 500 whose body said NOT_FOUND being taken for UNREGISTERED).
         if status == 429 || (status < 500 && code == "QUOTA_EXCEEDED") {
+            // One device over its message rate: only that delivery waits (Retry-After, else the usual backoff); the
+            // project is fine, so no pause and no 60 s floor.
+            if error?.isDeviceQuota == true {
+                return .outcome(.retry(reason: deviceQuotaReason, after: retryAfter, minimumBackoff: nil))
+            }
             return .outcome(.retry(reason: "QUOTA_EXCEEDED", after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
         }
         if status >= 500 {

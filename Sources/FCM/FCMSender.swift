@@ -108,9 +108,10 @@ public final class FCMSender: PushSender {
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
             case .outcome(let outcome):
-                if case .retry(let reason, let after, _) = outcome {
+                if case .retry(let reason, let after, _) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
                     gate.fault(.overload, reason: reason, retryAfter: after, ticket: ticket)
                 } else {
+                    // A device over its own message rate says nothing against FCM or the project.
                     gate.healthy(ticket: ticket)
                 }
                 completion(outcome)

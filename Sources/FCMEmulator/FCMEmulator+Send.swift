@@ -180,6 +180,11 @@ extension FCMEmulator {
             ("quotanoretry-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED") }),
             ("quota-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED",
                                           retryAfter: "30") }),
+            // The two QuotaFailure shapes: the project's per-minute quota, and one device's message rate.
+            ("projectquota-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric.", errorCode: "QUOTA_EXCEEDED",
+                                                 quota: ("project", "Project message rate quota exceeded.")) }),
+            ("devicequota-", { Self.googleError(429, "RESOURCE_EXHAUSTED", "Device message rate exceeded.", errorCode: "QUOTA_EXCEEDED",
+                                                retryAfter: "20", quota: ("device", "Device message rate quota exceeded.")) }),
             ("unavailabledate-", { Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                                     retryAfter: Self.httpDate(Date().addingTimeInterval(45))) }),
             ("unavailable-", { Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
@@ -213,10 +218,16 @@ extension FCMEmulator {
 
     /// Google's error JSON (`error.code/message/status/details[]`), with an FcmError detail when given.
     static func googleError(_ code: Int, _ status: String, _ message: String, errorCode: String?, retryAfter: String? = nil,
-                            violation: (field: String, description: String)? = nil) -> HTTPServerResponse {
+                            violation: (field: String, description: String)? = nil,
+                            quota: (subject: String, description: String)? = nil) -> HTTPServerResponse {
         var error: [String: Any] = ["code": code, "message": message, "status": status]
         var details: [[String: Any]] = []
         if let errorCode { details.append(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode]) }
+        if let quota {
+            // Which quota ran out: the project's message rate, or one device's.
+            details.append(["@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                            "violations": [["subject": quota.subject, "description": quota.description]]])
+        }
         if let violation {
             details.append(["@type": "type.googleapis.com/google.rpc.BadRequest",
                             "fieldViolations": [["field": violation.field, "description": violation.description]]])

@@ -97,6 +97,20 @@ struct FCMResponseClassifierTests {
                 == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
     }
 
+    /// 429 with a google.rpc.QuotaFailure detail: one device's message rate backs off that delivery alone (no 60 s
+    /// floor, Retry-After honoured); the project's quota (or no detail) keeps the 60 s floor.
+    @Test func quotaFailure_deviceRateIsTheDevicesAlone_projectQuotaKeepsTheFloor() {
+        func quota(_ subject: String) -> [UInt8] {
+            Array(#"{"error":{"code":429,"message":"m","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"},{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"\#(subject)","description":"quota exceeded"}]}]}}"#.utf8)
+        }
+        #expect(classify(429, quota("device")) == .outcome(.retry(reason: "QUOTA_EXCEEDED_DEVICE", after: nil, minimumBackoff: nil)))
+        #expect(classify(429, quota("device"), headers: ["retry-after": "12"])
+                == .outcome(.retry(reason: "QUOTA_EXCEEDED_DEVICE", after: .seconds(12), minimumBackoff: nil)))
+        #expect(classify(429, quota("project")) == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+        #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"))
+                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+    }
+
     @Test func retryAfter_parsesSecondsAndHTTPDate() {
         let now = Date(timeIntervalSince1970: 1_445_412_480)  // Wed, 21 Oct 2015 07:28:00 GMT
         #expect(FCMResponseClassifier.parseRetryAfter("120", now: now) == .seconds(120))

@@ -68,6 +68,8 @@ struct FCMSenderTests {
         ("thirdparty-1", .permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")),
         ("quota-1", .retry(reason: "QUOTA_EXCEEDED", after: .seconds(30), minimumBackoff: nil)),
         ("quotanoretry-1", .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))),
+        ("projectquota-1", .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))),
+        ("devicequota-1", .retry(reason: "QUOTA_EXCEEDED_DEVICE", after: .seconds(20), minimumBackoff: nil)),
         ("unavailable-1", .retry(reason: "UNAVAILABLE", after: .seconds(30), minimumBackoff: nil)),
         ("internal-1", .retry(reason: "INTERNAL", after: nil, minimumBackoff: nil)),
     ])
@@ -134,6 +136,21 @@ struct FCMSenderTests {
         #expect((message["apns"] as? [String: Any])?["headers"] as? [String: String] == [
             "apns-collapse-id": "doseTaken:g1", "apns-push-type": "alert", "apns-priority": "10", "apns-expiration": "1770850000"])
         #expect(((message["notification"] as? [String: String])?["body"])?.contains("患…さんが薬を服用しました") == true)
+    }
+
+    /// One device over its message rate backs off alone: sending is not paused and other devices go on at once;
+    /// the project's quota still pauses the sender.
+    @Test func deviceQuota_backsOffThatDeviceAlone_projectQuotaPauses() async throws {
+        let rig = try Self.rig()
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        for index in 0..<8 {
+            #expect(await rig.sender.send(Self.push("devicequota-\(index)")) == .retry(reason: "QUOTA_EXCEEDED_DEVICE", after: .seconds(20),
+                                                                                      minimumBackoff: nil))
+        }
+        #expect(rig.metrics.value("fcm_send_paused") == 0)
+        guard case .sent = await rig.sender.send(Self.push("good-after-device-quota")) else { Issue.record("another device was held"); return }
+        for index in 0..<8 { _ = await rig.sender.send(Self.push("projectquota-\(index)")) }
+        #expect(rig.metrics.value("fcm_send_paused") == 1)
     }
 
     @Test func oneTokenFetch_servesManySends() async throws {

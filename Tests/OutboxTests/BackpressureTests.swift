@@ -71,6 +71,8 @@ struct BackpressureTests {
                 #expect(emulator.stats.distinctAccepted == 2_000)
                 #expect(metrics.value("push_outcomes_unwritten") == 0)
                 #expect(metrics.render().contains("push_completer_flush_seconds_count"))
+                // One latency observation per SENT delivery.
+                #expect(metrics.render().contains("push_delivery_latency_seconds_count 2000\n"))
             }
         }
     }

@@ -75,6 +75,46 @@ struct FCMFaultTests {
         }
     }
 
+    /// Google refuses the service account from before the engine starts (400 invalid_grant): nothing FAILED or
+    /// disabled, token requests stay within 10 a minute; once Google accepts it again, every push goes out once.
+    @Test func tokenEndpointRefusingFromTheStart_failsNothing_andDeliversOnceItAccepts() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            try await withEmulatorSender { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: ["token-a", "token-b"])
+                for group in 0..<5 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                emulator.refuseTokens()
+                let stop = StopSignal()
+                let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
+                let running = Task { await engine.run(until: stop) }
+                #expect(try await Self.eventually(30) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["n"].int() > 0
+                })
+                try await Task.sleep(for: .seconds(4))
+                let during = try db.connection.query(#"""
+                    SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
+                           (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
+                           (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
+                    """#)[0]
+                #expect(try during["disabled"].int() == 0)
+                #expect(try during["settled"].int() == 0)
+                #expect(try during["finished"].int() == 0)
+                #expect(emulator.stats.tokenRequests <= 3, "\(emulator.stats.tokenRequests) token requests in the first seconds of refusal")
+                #expect(emulator.stats.distinctAccepted == 0)
+
+                emulator.refuseTokens(nil)
+                #expect(try await Self.eventually(60) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
+                })
+                stop.request(grace: .seconds(5))
+                await running.value
+                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+                #expect(emulator.stats.distinctAccepted == 10)
+                #expect(emulator.stats.duplicates == 0)
+            }
+        }
+    }
+
     /// FCM answers 503 with Retry-After to everything: the sender pauses as a whole and probes, so the
     /// requests during the outage stay within a few probes of the in-flight bound; after recovery all
     /// 100 pushes are delivered exactly once.
