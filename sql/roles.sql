@@ -31,6 +31,11 @@ GRANT SELECT, UPDATE ON "CaregiverEntitlement" TO medication_worker;
 GRANT SELECT, UPDATE, DELETE ON "PushOutbox" TO medication_worker;
 -- The daemon checks the schema version before it reports ready.
 GRANT SELECT ON "_medication_worker_migrations" TO medication_worker;
+-- One-instance-at-a-time loops (retention, status gauges, entitlement sweep, notification history) take and
+-- renew a lease row, and the gauges' publisher writes its state beside it.
+GRANT SELECT, INSERT, UPDATE ON "_medication_worker_leases" TO medication_worker;
+-- The App Store notification-history poller's checkpoint per environment and notification type.
+GRANT SELECT, INSERT, UPDATE ON "AppStoreNotificationCheckpoint" TO medication_worker;
 
 -- For the web API's role (adjust the name): enqueue only.
 -- GRANT INSERT ON "PushOutbox" TO api;
