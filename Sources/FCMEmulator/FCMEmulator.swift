@@ -162,6 +162,9 @@ public final class FCMEmulator: Sendable {
                 return ["recordingGroupId": data?["recordingGroupId"] as? String ?? "", "receivedAt": item.receivedAt.timeIntervalSince1970]
             }
             return .json(200, Self.serialize(items))
+        case ("GET", "/received/bodies"):
+            // Every accepted request body as sent, for inspection (the emulator keeps them unless --no-record).
+            return .json(200, Self.serialize(receivedMessages.map { ["bytes": $0.json.utf8.count, "body": $0.json] }))
         case ("POST", let path) where path.hasPrefix("/v1/projects/") && path.hasSuffix("/messages:send"):
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
             if configuration.latency > .zero {
