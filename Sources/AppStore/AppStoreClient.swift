@@ -29,6 +29,8 @@ public struct AppStoreConfiguration: Sendable {
     /// A failed lookup waits this long, doubling per consecutive failure, up to `failureBackoffCap` (nil: the interval).
     public var failureBackoff: Duration = .seconds(60)
     public var failureBackoffCap: Duration?
+    /// After Apple refuses our key (401) an environment pauses this long, doubling per refusal up to 5 minutes.
+    public var keyRefusedBackoff: Duration = .seconds(15)
     /// How long a claimed row stays out of other claims before it is due again (a crash mid-pass).
     public var claimLease: Duration = .seconds(600)
     /// Get Notification History for REFUND / REFUND_REVERSED (`APPSTORE_NOTIFICATION_HISTORY=on`).

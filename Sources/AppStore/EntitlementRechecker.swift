@@ -49,6 +49,8 @@ public final class EntitlementRechecker: Service {
     private let gaugesRefreshedAt = Mutex<ContinuousClock.Instant?>(nil)
     /// The notification history poller when `notificationHistory` is on.
     public let history: NotificationHistoryPoller?
+    /// Whether Apple accepts our key, per environment.
+    let keyFaults: KeyFaults
 
     /// The HTTP client settings a rechecker needs: enough transfers for every lane at full rate with up to two
     /// seconds of latency, plus the history poller.
@@ -61,8 +63,10 @@ public final class EntitlementRechecker: Service {
     /// `database` (4 connections suffice) runs the row statements, `leaseConnection` (1) the lease
     /// renewals, so a busy pass never delays a renewal; `http` is sized by `httpConfiguration(for:)`.
     /// The caller owns all three and closes them after `run` returned.
+    /// `onKeyStatus` hears when Apple starts or stops refusing our key (nil: accepted everywhere), for `/readyz` `app_store`.
     public init(configuration: AppStoreConfiguration, database: PostgresClient, leaseConnection: PostgresClient, http: HTTPClient,
-                logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init) {
+                logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init,
+                onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) {
         self.configuration = configuration
         self.http = http
         client = AppStoreClient(configuration: configuration, http: http, now: now)
@@ -76,9 +80,12 @@ public final class EntitlementRechecker: Service {
         dueGauge = metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
         oldestGauge = metrics.gauge("entitlement_oldest_overdue_seconds",
                                     help: "How long the most overdue entitlement check has waited (0 when none is due).")
+        let keyFaults = KeyFaults(first: configuration.keyRefusedBackoff, logger: logger, onStatus: onKeyStatus)
+        self.keyFaults = keyFaults
         history = configuration.notificationHistory
             ? NotificationHistoryPoller(configuration: configuration, client: client, verifier: verifier, store: store, pacers: pacers,
-                                        logger: logger, metrics: metrics, revokedTotal: revokedTotal, restoredTotal: restoredTotal, now: now)
+                                        logger: logger, metrics: metrics, revokedTotal: revokedTotal, restoredTotal: restoredTotal,
+                                        keyFaults: keyFaults, now: now)
             : nil
         for result in ["active", "revoked", "restored", "not_found", "rate_limited", "unauthorized", "server_error", "transport_error"] {
             count(result, increment: false)
@@ -191,6 +198,10 @@ public final class EntitlementRechecker: Service {
             return .failed
         }
         switch answer {
+        case .signedTransaction, .notFound, .rateLimited: keyFaults.accepted(environment)
+        case .unauthorized, .serverError, .transportError: break
+        }
+        switch answer {
         case .signedTransaction(let jws):
             let expectation = SignedTransactionVerifier.Expectation(bundleId: configuration.bundleId, productId: row.productId,
                                                                     originalTransactionId: row.originalTransactionId, environment: row.environment)
@@ -214,11 +225,9 @@ public final class EntitlementRechecker: Service {
             _ = try await fail("rate_limited", notBefore: retryAt)
             return .rateLimited(retryAt ?? Date().addingTimeInterval(60))
         case .unauthorized:
-            // Our JWT, not the row: pause the environment and give the row back unchanged.
+            // Our key, not the row: the environment pauses (with backoff) and the row goes back unchanged.
             count("unauthorized")
-            pacer.pause(until: .now + .seconds(300))
-            logger.error("App Store Server API refused our JWT (check APPSTORE_ISSUER_ID, APPSTORE_KEY_ID, the key); pausing 5 minutes",
-                         metadata: metadata)
+            pacer.pause(until: .now + keyFaults.refused(environment, during: "entitlement check"))
             try await store.release([row])
             return .released
         case .serverError(let status):

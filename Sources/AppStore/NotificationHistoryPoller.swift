@@ -29,6 +29,8 @@ public final class NotificationHistoryPoller: Service {
     let verifier: SignedTransactionVerifier
     let store: EntitlementStore
     let pacers: [AppStoreEnvironment: RatePacer]
+    /// Whether Apple accepts our key, per environment (shared with the sweep).
+    private let keyFaults: KeyFaults
     let logger: Logger
     let metrics: MetricsRegistry
     let revokedTotal: Counter
@@ -37,7 +39,8 @@ public final class NotificationHistoryPoller: Service {
 
     init(configuration: AppStoreConfiguration, client: AppStoreClient, verifier: SignedTransactionVerifier, store: EntitlementStore,
          pacers: [AppStoreEnvironment: RatePacer], logger: Logger, metrics: MetricsRegistry, revokedTotal: Counter, restoredTotal: Counter,
-         now: @escaping @Sendable () -> Date) {
+         keyFaults: KeyFaults, now: @escaping @Sendable () -> Date) {
+        self.keyFaults = keyFaults
         self.configuration = configuration
         self.client = client
         self.verifier = verifier
@@ -117,6 +120,7 @@ public final class NotificationHistoryPoller: Service {
             switch await client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
                                                     paginationToken: token) {
             case .page(let page):
+                keyFaults.accepted(environment)
                 summary.pages += 1
                 for signedPayload in page.signedPayloads {
                     let verdict = try await apply(signedPayload, type: type, environment: environment.rawValue)
@@ -144,8 +148,7 @@ public final class NotificationHistoryPoller: Service {
                 logger.notice("App Store rate limit on notification history; pausing this environment", metadata: metadata)
                 return
             case .unauthorized:
-                pacer.pause(until: .now + .seconds(300))
-                logger.error("App Store Server API refused our JWT on notification history; pausing 5 minutes", metadata: metadata)
+                pacer.pause(until: .now + keyFaults.refused(environment, during: "notification history"))
                 return
             case .serverError(let status):
                 logger.warning("notification history: App Store server error", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })

@@ -64,7 +64,9 @@ final class DaemonParts: Sendable {
                                        case .failing(let reason): health.set(.fcmCredentials, .down(reason))
                                        }
                                    })
-        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics)
+        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics, onKeyStatus: { reason in
+            health.set(.appStore, reason.map { .down($0) } ?? .ok)
+        })
         health.set(.appStore, appStore == nil ? .disabled : .ok)
         let healthServer: HealthServer
         do {
@@ -109,7 +111,9 @@ struct AppStoreParts: Sendable {
 
 /// Builds the entitlement re-checks when App Store settings are present.
 enum AppStoreWiring {
-    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry) throws -> AppStoreParts? {
+    /// `onKeyStatus`: Apple refusing our key (a reason) or accepting it again (nil), for `/readyz` `app_store`.
+    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry,
+                     onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) throws -> AppStoreParts? {
         guard let settings = configuration.appStore else { return nil }
         let appStore = try load(settings, configuration: configuration)
         let http = try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: appStore))
@@ -120,7 +124,7 @@ enum AppStoreWiring {
                                       queryDeadline: timeout + timeout / 2)
         let leaseConnection = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1, queryDeadline: timeout + timeout / 2)
         let rechecker = EntitlementRechecker(configuration: appStore, database: database, leaseConnection: leaseConnection, http: http,
-                                             logger: logger.child(label: "appstore"), metrics: metrics)
+                                             logger: logger.child(label: "appstore"), metrics: metrics, onKeyStatus: onKeyStatus)
         return AppStoreParts(rechecker: rechecker, http: http, database: database, leaseConnection: leaseConnection)
     }
 

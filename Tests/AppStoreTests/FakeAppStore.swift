@@ -43,6 +43,7 @@ final class FakeAppStore: @unchecked Sendable {
     private var historyFailAfter = 0
     private var stalled = 0
     private var stopping = false
+    private var refusingAll = false
     private var server: HTTPServer!
     let apiPublicKey: PublicKey
     let keyId: String
@@ -89,13 +90,17 @@ final class FakeAppStore: @unchecked Sendable {
         }
     }
 
+    /// Answers 401 to every request, as Apple does to a revoked key (until called with false).
+    func refuseAll(_ refuse: Bool = true) { lock.withLock { refusingAll = refuse } }
+
     func stop() {
         lock.withLock { stopping = true }
         server.stop()
     }
 
     private func handle(_ request: HTTPServerRequest) -> HTTPServerResponse {
-        guard let auth = request.headers["authorization"], auth.hasPrefix("Bearer "), verifyJWT(String(auth.dropFirst(7))) else {
+        guard let auth = request.headers["authorization"], auth.hasPrefix("Bearer "), verifyJWT(String(auth.dropFirst(7))),
+              !lock.withLock({ refusingAll }) else {
             lock.withLock { refusedTokens += 1 }
             return HTTPServerResponse(status: 401, body: Array("Unauthenticated".utf8))
         }

@@ -1,0 +1,74 @@
+import Crypto
+import Foundation
+import HTTP
+import Logging
+import Metrics
+import Postgres
+import Synchronization
+import Testing
+import TestSupport
+@testable import AppStore
+
+/// Apple refusing our key (401 to every request: a revoked key, a wrong issuer or bundle id) is the project's fault:
+/// no entitlement changes, no row is marked checked, the environment pauses with backoff, readiness names it once,
+/// and checks resume by themselves once Apple accepts the key again.
+@Suite("App Store key refused (401)")
+struct AppStoreKeyFaultTests {
+    @Test func keyRefused_changesNothing_pausesWithBackoff_isReported_andRecovers() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let pki = ApplePKI.shared
+            let bundle = EntitlementRecheckerTests.bundle
+            let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
+            let sandbox = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
+            defer { production.stop(); sandbox.stop() }
+            var configuration = AppStoreConfiguration(
+                issuerId: "issuer-1", keyId: "KEY123", bundleId: bundle, privateKey: try PrivateKey(pem: pki.apiKeyPEM),
+                roots: [try Certificate(pemOrDER: Array(pki.rootPEM.utf8))], productionURL: production.baseURL, sandboxURL: sandbox.baseURL,
+                http: HTTPClientConfiguration(maxInFlight: 4, caFile: TLSFixtures.shared.caFile))
+            configuration.productionRate = 1000
+            configuration.sandboxRate = 1000
+            configuration.keyRefusedBackoff = .milliseconds(300)
+            let statuses = Mutex<[String?]>([])
+            let metrics = MetricsRegistry()
+            let sink = MemorySink()
+            let rechecker = EntitlementRechecker(
+                configuration: configuration, database: PostgresClient(conninfo: conninfo, maxConnections: 4),
+                leaseConnection: PostgresClient(conninfo: conninfo, maxConnections: 1),
+                http: try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: configuration)),
+                logger: Logger(label: "appstore", sink: sink), metrics: metrics,
+                onKeyStatus: { status in statuses.withLock { $0.append(status) } })
+            defer { rechecker.shutdown() }
+            let db = PostgresClient(conninfo: conninfo)
+            try await EntitlementRecheckerTests.insert(db, id: "e-1", transaction: "8100000001", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
+            try await EntitlementRecheckerTests.insert(db, id: "e-2", transaction: "8100000002")
+            production.answer("8100000001", .signed(try pki.signedTransaction(ApplePKI.payload(transactionId: "8100000001", original: "8100000001"))))
+            production.answer("8100000002", .notFound)
+            let before = try await db.query(#"SELECT id, status, "revokedAt" FROM "CaregiverEntitlement" ORDER BY id"#)
+
+            production.refuseAll()
+            _ = try await rechecker.runOnce()
+            let refusedInThePass = production.refused
+            #expect(refusedInThePass >= 1 && refusedInThePass <= 2)  // the lookups already in flight when the first 401 came
+            _ = try await rechecker.runOnce()  // paused: no request goes out
+            #expect(production.refused == refusedInThePass, "requests during the pause")
+            let after = try await db.query(#"SELECT id, status, "revokedAt", "lastCheckedAt", "checkFailures" FROM "CaregiverEntitlement" ORDER BY id"#)
+            for (old, new) in zip(before, after) {
+                #expect(try old["status"].string() == new["status"].string())
+                #expect(new["lastCheckedAt"].isNull)
+                #expect(try new["checkFailures"].int() == 0)
+            }
+            #expect(try after[0]["revokedAt"].optionalDate() == before[0]["revokedAt"].optionalDate())
+            let reason = try #require(statuses.withLock { $0.last } ?? nil)
+            #expect(reason.contains("401") && reason.contains("Production"))
+            #expect(sink.entries.filter { $0.level == .error }.count == 1)  // once per episode
+
+            production.refuseAll(false)
+            try await Task.sleep(for: .milliseconds(1_300))  // the pause: 300 ms doubling per refusal
+            _ = try await rechecker.runOnce()
+            #expect(statuses.withLock { $0.last } == .some(nil))
+            let checked = try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE "lastCheckedAt" IS NOT NULL OR "checkFailures" > 0"#)
+            #expect(try checked[0]["n"].int() == 2)
+            #expect(try await EntitlementRecheckerTests.row(db, "e-1").status == "ACTIVE")  // the verified answer restored it
+        }
+    }
+}
