@@ -3,6 +3,7 @@ import Lifecycle
 import Logging
 import Outbox
 import Postgres
+import Synchronization
 import WorkerConfig
 
 /// The daemon's PostgreSQL pools, built once and closed after the services stopped.
@@ -40,11 +41,40 @@ struct StatusRefresher: Service {
     let parts: DaemonParts
     let logger: Logger
 
+    /// A database that has not answered the refresh within this is reported not ready (a black-holed path would
+    /// otherwise take the pool's deadline, 45 s, to notice).
+    static let probeTimeout = Duration.seconds(3)
+
+    /// The refresh, waited for while the loop stays alive; readiness turns down once it takes `probeTimeout`.
+    private func refresh(until stop: StopSignal) async throws -> QueueGauges.Snapshot? {
+        let outcome = Mutex<Result<QueueGauges.Snapshot, any Error>?>(nil)
+        let gauges = self.gauges
+        let task = Task {
+            let result: Result<QueueGauges.Snapshot, any Error>
+            do { result = .success(try await gauges.refresh()) } catch { result = .failure(error) }
+            outcome.withLock { $0 = result }
+        }
+        let started = ContinuousClock.now
+        var reported = false
+        while outcome.withLock({ $0 }) == nil {
+            if stop.isRequested { task.cancel(); return nil }
+            if !reported, ContinuousClock.now - started >= Self.probeTimeout {
+                reported = true
+                parts.setCheck(.database, .down("no answer from the database within \(Self.probeTimeout)"))
+                parts.notify("STATUS=database not answering")
+            }
+            // The loop is alive: it is the database that does not answer (a restart would not help).
+            parts.liveness.beat("status")
+            await stop.sleep(for: .milliseconds(100))
+        }
+        return try outcome.withLock { $0 }!.get()
+    }
+
     func run(until stop: StopSignal) async {
         var failures = 0
         while !stop.isRequested {
             do {
-                let status = try await gauges.refresh()
+                guard let status = try await refresh(until: stop) else { break }
                 parts.setCheck(.database, .ok)
                 failures = 0
                 let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0

@@ -225,6 +225,32 @@ struct DaemonTests {
     /// A database that freezes after the daemon is ready (SIGSTOP: TCP still acknowledged, nothing answered).
     /// `statement_timeout` can never fire on such a server; the worker ends its own calls after 1.5 ×
     /// DATABASE_STATEMENT_TIMEOUT, so /readyz turns 503, /healthz stays 200 and SIGTERM exits 0 in time.
+    /// A database that stops answering (a black-holed path, a frozen server) with the default 30 s statement timeout:
+    /// `/readyz` turns 503 within seconds, not after the pool's 45 s deadline; `/healthz` stays 200.
+    @Test func databaseFrozen_withDefaultTimeouts_notReadyWithinSeconds() async throws {
+        let cluster = try TemporaryCluster()
+        defer { cluster.stop() }
+        try cluster.start()
+        try Self.prepare(cluster.conninfo)
+        let rig = try Rig(databaseURL: cluster.conninfo, extra: ["SHUTDOWN_TIMEOUT": "5s"])
+        defer { _ = rig.terminate() }
+        #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30).contains("READY=1"))
+        #expect(try await rig.get("/readyz").status == 200)
+        cluster.freeze()
+        let frozenAt = ContinuousClock.now
+        var status = 200
+        while status == 200, ContinuousClock.now - frozenAt < .seconds(20) {
+            status = try await rig.get("/readyz").status
+            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let noticed = ContinuousClock.now - frozenAt
+        #expect(status == 503)
+        #expect(noticed < .seconds(10), "readiness noticed the frozen database after \(noticed)")
+        #expect(String(decoding: try await rig.get("/readyz").body, as: UTF8.self).contains("no answer from the database within"))
+        #expect(try await rig.get("/healthz").status == 200)
+        cluster.thaw()
+    }
+
     @Test func databaseFrozenAfterReady_notReadyInBoundedTime_andSIGTERMExitsZero() async throws {
         let cluster = try TemporaryCluster()
         defer { cluster.stop() }

@@ -303,4 +303,54 @@ struct EngineStateMachineTests {
         #expect(machine.sending == 0)
         #expect(machine.isIdle)
     }
+
+    // MARK: Lease deadlines (a worker cut off from the database)
+
+    @Test func noSendStartsWithinTheMarginOfTheLeaseLapsing_butAnswersInFlightAreStillRecorded() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let start = ContinuousClock.now
+        let lease = Duration.seconds(6)
+        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+                                 displayName: "n", lease: LeaseToken())
+        let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
+                                                       lease: event.lease) }
+        let (id, _) = machine.open(events: [event], eventKey: "k", deliveries: deliveries, leaseDeadline: start + lease)
+        let sends = deliveries.map { PendingSend(group: id, delivery: $0, push: DoseTakenPush(
+            token: $0.token, eventKey: "k", patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning", recordingGroupId: "g", withinTime: true)) }
+        _ = machine.enqueue(sends)
+        // Early: the first send starts.
+        let first = machine.next(now: start + .seconds(1), margin: lease / 3)
+        #expect(Self.kinds(first) == ["send"])
+        // Its answer comes after the margin began, with no renewal meanwhile: the outcome is still recorded...
+        let answer = machine.answered(sends[0], .sent(messageName: "m"))
+        #expect(Self.kinds(answer) == ["record"])
+        machine.written(Self.receipt(answer))
+        // ...but nothing more starts: the group is given up, and its end writes nothing (its lease lapses by itself).
+        let late = machine.next(now: start + .seconds(4) + .milliseconds(1), margin: lease / 3)
+        #expect(Self.kinds(late) == ["settle"])
+        guard case .settle(_, let group) = late.first else { return }
+        #expect(group.lost)
+        #expect(machine.heldLeases().events.isEmpty)
+        machine.written(Self.receipt(late))
+        #expect(machine.isIdle)
+    }
+
+    @Test func aConfirmedRenewal_movesTheDeadline_soSendingGoesOn() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let start = ContinuousClock.now
+        let lease = Duration.seconds(6)
+        let (_, sends) = Self.claim(&machine, devices: 2)
+        machine = Machine(slots: 1, highWater: 8)
+        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+                                 displayName: "n", lease: sends[0].delivery.lease)
+        let (id, _) = machine.open(events: [event], eventKey: sends[0].delivery.eventKey, deliveries: sends.map(\.delivery),
+                                   leaseDeadline: start + lease)
+        _ = machine.enqueue(sends.map { var send = $0; send.group = id; return send })
+        // Renewed at start + 3 s (confirmed by the database): the lease now lapses at start + 9 s.
+        machine.renewed(events: [.init(id: "1", lease: event.lease)], deadline: start + .seconds(3) + lease)
+        #expect(Self.kinds(machine.next(now: start + .seconds(5), margin: lease / 3)) == ["send"])
+        // A renewal that did not confirm this lease (another token) moves nothing.
+        machine.renewed(events: [.init(id: "1", lease: LeaseToken())], deadline: start + .seconds(60))
+        #expect(machine.groups[id]?.leaseDeadline == start + .seconds(9))
+    }
 }

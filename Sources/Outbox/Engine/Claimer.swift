@@ -15,6 +15,8 @@ struct Claimer: Sendable {
 
     /// Claims up to `limit` events and takes each as far as the send queue. Returns how many were claimed.
     func claim(limit: Int) async throws -> Int {
+        // The leases this claim takes lapse LEASE_SECONDS after the statement was sent, by this process's clock.
+        let leaseDeadline = ContinuousClock.now + configuration.lease
         let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease,
                                             maxAge: configuration.eventMaxAge)
         guard !claimed.isEmpty else { return 0 }
@@ -39,7 +41,7 @@ struct Claimer: Sendable {
             }
         }
         do {
-            try await fanOut(valid, finished: &finished)
+            try await fanOut(valid, leaseDeadline: leaseDeadline, finished: &finished)
         } catch {
             // The database went away mid-claim: give the events back (due again at once) if it is reachable, else
             // their leases expire by themselves.
@@ -56,19 +58,20 @@ struct Claimer: Sendable {
     }
 
     /// Fans out the valid events, isolating a statement failure to the event that causes it.
-    private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], finished: inout [FinishedEvent]) async throws {
+    private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], leaseDeadline: ContinuousClock.Instant,
+                        finished: inout [FinishedEvent]) async throws {
         guard let token = valid.first?.claim.lease else { return }
         let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
-            start(valid, result)
+            start(valid, result, leaseDeadline: leaseDeadline)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
             logger.notice("fan-out failed for a group of events; retrying them one at a time",
                           metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
             for (index, item) in valid.enumerated() {
                 do {
                     let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
-                    start([item], result)
+                    start([item], result, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
                     finished.append(dead(item.claim, Self.reason(error)))
                 }
@@ -84,7 +87,8 @@ struct Claimer: Sendable {
     }
 
     /// Opens one group per eventKey and queues its sends.
-    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery]) {
+    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery],
+                       leaseDeadline: ContinuousClock.Instant) {
         var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
         var order: [String] = []
         for item in valid {
@@ -99,7 +103,7 @@ struct Claimer: Sendable {
         for key in order {
             let members = groups[key]!
             let deliveries = deliveriesByKey[key] ?? []
-            let id = dispatcher.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries)
+            let id = dispatcher.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries, leaseDeadline: leaseDeadline)
             guard !deliveries.isEmpty else { continue }
             let event = members[0].event
             let name = members[0].claim.displayName ?? ""

@@ -83,7 +83,8 @@ public final class DeliveryEngine: Service {
         let turn = WriteTurn()
         let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                   maxWriteAttempts: untilIdle ? 40 : nil, onSettled: { wake.wake() })
-        let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, onProgress: onProgress)
+        let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, margin: configuration.lease / 3,
+                                    onProgress: onProgress)
         let claimer = Claimer(store: store, dispatcher: dispatcher, completer: completer, configuration: configuration, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, book: book, turn: turn, configuration: configuration, logger: logger)
         let finished = WakeSignal()

@@ -19,9 +19,12 @@ final class Dispatcher: Sendable {
     private let stop: StopSignal
     private let onProgress: @Sendable () -> Void
     private let pumping = Mutex(Pumping())
+    /// No send starts within this of its lease lapsing (a third of `LEASE_SECONDS`).
+    private let margin: Duration
 
-    init(book: EngineBook, completer: Completer, sender: any PushSender, stop: StopSignal,
+    init(book: EngineBook, completer: Completer, sender: any PushSender, stop: StopSignal, margin: Duration,
          onProgress: @escaping @Sendable () -> Void) {
+        self.margin = margin
         self.book = book
         self.completer = completer
         self.sender = sender
@@ -29,10 +32,10 @@ final class Dispatcher: Sendable {
         self.onProgress = onProgress
     }
 
-    /// Starts holding a claimed group; one without deliveries is settled at once.
-    func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery]) -> EventGroupID {
+    /// Starts holding a claimed group (its leases lapse at `leaseDeadline`); one without deliveries is settled at once.
+    func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery], leaseDeadline: ContinuousClock.Instant) -> EventGroupID {
         book.transition { machine in
-            let (id, actions) = machine.open(events: events, eventKey: eventKey, deliveries: deliveries)
+            let (id, actions) = machine.open(events: events, eventKey: eventKey, deliveries: deliveries, leaseDeadline: leaseDeadline)
             completer.accept(actions)
             return id
         }
@@ -56,7 +59,8 @@ final class Dispatcher: Sendable {
         while true {
             // Stopping: nothing new is sent; queued deliveries' leases are given back.
             if stop.isRequested { run { $0.stop() } }
-            run { $0.next() }
+            let margin = self.margin
+            run { $0.next(now: .now, margin: margin) }
             let done = pumping.withLock { state -> Bool in
                 if state.again { state.again = false; return false }
                 state.active = false

@@ -43,6 +43,9 @@ struct EngineStateMachine: Sendable {
         var retryReason: String?
         /// Its end (settle / release) was handed to the writer; it leaves when that is written.
         var ending = false
+        /// When its events' leases lapse by this process's monotonic clock: the claim's or the last confirmed
+        /// renewal's start + `LEASE_SECONDS`. No send starts that could still be in flight then.
+        var leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)
     }
 
     /// What the engine must do next.
@@ -107,13 +110,15 @@ struct EngineStateMachine: Sendable {
     // MARK: Claim
 
     /// Starts holding a claimed group. Without deliveries it ends at once (the `.settle` action).
-    mutating func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery]) -> (EventGroupID, [Action]) {
+    mutating func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery],
+                       leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (EventGroupID, [Action]) {
         let id = EventGroupID(raw: nextGroup)
         nextGroup &+= 1
         var entries: [String: Delivery] = [:]
         entries.reserveCapacity(deliveries.count)
         for delivery in deliveries { entries[delivery.id] = Delivery(lease: delivery.lease, phase: .queued) }
         var group = Group(events: events, eventKey: eventKey, deliveries: entries, open: entries.count)
+        group.leaseDeadline = leaseDeadline
         var actions: [Action] = []
         if group.open == 0 {
             group.ending = true
@@ -132,9 +137,10 @@ struct EngineStateMachine: Sendable {
 
     // MARK: Send
 
-    /// What to do with the queue while slots are free: start sends, and drop those whose lease was lost (their
-    /// group may end with them). Empty when nothing is queued, no slot is free, or stopped.
-    mutating func next() -> [Action] {
+    /// What to do with the queue while slots are free: start sends, and drop those whose lease was lost or
+    /// lapses before `now + margin` (a send started then could still be in flight when another instance takes
+    /// the work over; their group may end with it). Empty when nothing is queued, no slot is free, or stopped.
+    mutating func next(now: ContinuousClock.Instant = .now, margin: Duration = .zero) -> [Action] {
         var actions: [Action] = []
         while !stopped, sending + unwritten < slots, let send = popFirst() {
             // Taken out while changed, so the group's dictionary is changed in place (never copied).
@@ -142,6 +148,10 @@ struct EngineStateMachine: Sendable {
             guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .queued else {
                 groups[send.group] = group
                 continue
+            }
+            if !group.lost, now + margin >= group.leaseDeadline {
+                // Not renewed in time (the database unreachable): the lease lapses, and the work with it.
+                group.lost = true
             }
             if group.lost || delivery.lost {
                 // Another instance owns it now: nothing is sent, nothing written for the delivery.
@@ -226,6 +236,19 @@ struct EngineStateMachine: Sendable {
             for (id, delivery) in group.deliveries where !delivery.lost { deliveries.append((id, delivery.lease)) }
         }
         return (events, deliveries)
+    }
+
+    /// The heartbeat confirmed these events' leases, renewed at the instant it started: their groups' deadlines move
+    /// to `deadline`.
+    mutating func renewed(events kept: Set<Held>, deadline: ContinuousClock.Instant) {
+        guard !kept.isEmpty else { return }
+        for id in Array(groups.keys) {
+            guard var group = groups.removeValue(forKey: id) else { continue }
+            if !group.lost, group.events.contains(where: { kept.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
+                group.leaseDeadline = max(group.leaseDeadline, deadline)
+            }
+            groups[id] = group
+        }
     }
 
     /// A row id with the lease it was held under.

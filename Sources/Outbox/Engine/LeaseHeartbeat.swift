@@ -29,6 +29,8 @@ struct LeaseHeartbeat: Sendable {
     func beat() async {
         let held = book.transition { $0.heldLeases() }
         guard !held.events.isEmpty || !held.deliveries.isEmpty else { return }
+        // The renewal counts from before the statement was sent: the database's new expiry is later than this.
+        let started = ContinuousClock.now
         do {
             let kept = try await turn.run { () async -> Result<(events: Set<Int64>, deliveries: Set<String>), any Error> in
                 do { return .success(try await store.extendLeases(events: held.events, deliveries: held.deliveries, lease: configuration.lease)) }
@@ -37,6 +39,9 @@ struct LeaseHeartbeat: Sendable {
             // Keyed by lease too: a row written meanwhile and claimed again by this instance holds a new lease.
             let lostEvents = Set(held.events.filter { !kept.events.contains($0.id) }.map { EngineStateMachine.Held(id: "\($0.id)", lease: $0.lease) })
             let lostDeliveries = Set(held.deliveries.filter { !kept.deliveries.contains($0.id) }.map { EngineStateMachine.Held(id: $0.id, lease: $0.lease) })
+            let keptEvents = Set(held.events.filter { kept.events.contains($0.id) }.map { EngineStateMachine.Held(id: "\($0.id)", lease: $0.lease) })
+            let lease = configuration.lease
+            book.transition { $0.renewed(events: keptEvents, deadline: started + lease) }
             let lost = lostEvents.isEmpty && lostDeliveries.isEmpty
                 ? 0 : book.transition { $0.markLost(events: lostEvents, deliveries: lostDeliveries) }
             if lost > 0 {
