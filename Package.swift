@@ -16,6 +16,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
+        .systemLibrary(name: "CMalloc"),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // Wrapper modules: the only importers of their C library; they own the handles.
@@ -35,7 +36,7 @@ let package = Package(
         .target(name: "FCM", dependencies: ["HTTP", "Crypto", "Logging", "Metrics", "Timekeeping"]),
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "Postgres", "Schema", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging", "Lifecycle"]),
+        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging", "Lifecycle", "CMalloc"]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
             "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping",

@@ -33,10 +33,13 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 
     /// True when retrying on a new connection may succeed (connection-class SQLSTATE 08xxx,
-    /// admin shutdown 57P01, or the socket went away).
+    /// admin shutdown 57P01, or the socket went away), and 25006 (read-only transaction): after a failover a
+    /// pooled connection may still reach the old primary, now a standby, while `target_session_attrs=read-write`
+    /// sends a new connection to the promoted one.
     public var isConnectionError: Bool {
         code == .connectionFailed || code == .connectionLost
             || (sqlState?.hasPrefix("08") ?? false) || sqlState == "57P01" || sqlState == "57P02" || sqlState == "57P03"
+            || sqlState == "25006"
     }
 
     /// True when the same statement may succeed if simply run again: a deadlock or serialization failure

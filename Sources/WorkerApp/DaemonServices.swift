@@ -1,4 +1,5 @@
 import Foundation
+import Health
 import Lifecycle
 import Logging
 import Outbox
@@ -86,6 +87,7 @@ struct StatusRefresher: Service {
                 if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
             }
             parts.liveness.beat("status")
+            ProcessMetrics.returnFreeMemory()
             await stop.sleep(for: .seconds(5))
         }
         await gauges.release()

@@ -17,27 +17,12 @@ struct AppStoreKeyFaultTests {
     @Test func keyRefused_changesNothing_pausesWithBackoff_isReported_andRecovers() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let pki = ApplePKI.shared
-            let bundle = EntitlementRecheckerTests.bundle
-            let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
-            let sandbox = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
-            defer { production.stop(); sandbox.stop() }
-            var configuration = AppStoreConfiguration(
-                issuerId: "issuer-1", keyId: "KEY123", bundleId: bundle, privateKey: try PrivateKey(pem: pki.apiKeyPEM),
-                roots: [try Certificate(pemOrDER: Array(pki.rootPEM.utf8))], productionURL: production.baseURL, sandboxURL: sandbox.baseURL,
-                http: HTTPClientConfiguration(maxInFlight: 4, caFile: TLSFixtures.shared.caFile))
-            configuration.productionRate = 1000
-            configuration.sandboxRate = 1000
-            configuration.keyRefusedBackoff = .milliseconds(300)
             let statuses = Mutex<[String?]>([])
-            let metrics = MetricsRegistry()
             let sink = MemorySink()
-            let rechecker = EntitlementRechecker(
-                configuration: configuration, database: PostgresClient(conninfo: conninfo, maxConnections: 4),
-                leaseConnection: PostgresClient(conninfo: conninfo, maxConnections: 1),
-                http: try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: configuration)),
-                logger: Logger(label: "appstore", sink: sink), metrics: metrics,
-                onKeyStatus: { status in statuses.withLock { $0.append(status) } })
-            defer { rechecker.shutdown() }
+            let rig = try EntitlementRecheckerTests.rig(conninfo, sink: sink, configure: { $0.keyRefusedBackoff = .milliseconds(300) },
+                                                        onKeyStatus: { status in statuses.withLock { $0.append(status) } })
+            defer { rig.stop() }
+            let (production, rechecker) = (rig.production, rig.rechecker)
             let db = PostgresClient(conninfo: conninfo)
             try await EntitlementRecheckerTests.insert(db, id: "e-1", transaction: "8100000001", status: "REVOKED", revokedAt: "2026-01-01 00:00:00+00")
             try await EntitlementRecheckerTests.insert(db, id: "e-2", transaction: "8100000002")

@@ -34,7 +34,8 @@ struct EntitlementRecheckerTests {
         }
     }
 
-    static func rig(_ conninfo: String, configure: (inout AppStoreConfiguration) -> Void = { _ in }) throws -> Rig {
+    static func rig(_ conninfo: String, sink: MemorySink = MemorySink(), configure: (inout AppStoreConfiguration) -> Void = { _ in },
+                    onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) throws -> Rig {
         let pki = ApplePKI.shared
         let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
         let sandbox = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1", bundleId: bundle)
@@ -47,7 +48,7 @@ struct EntitlementRecheckerTests {
         configure(&configuration)
         let metrics = MetricsRegistry()
         let rechecker = try EntitlementRechecker(configuration: configuration, conninfo: conninfo,
-                                                 logger: Logger(label: "appstore", sink: MemorySink()), metrics: metrics)
+                                                 logger: Logger(label: "appstore", sink: sink), metrics: metrics, onKeyStatus: onKeyStatus)
         return Rig(production: production, sandbox: sandbox, rechecker: rechecker, metrics: metrics, db: PostgresClient(conninfo: conninfo),
                    configuration: configuration, conninfo: conninfo)
     }

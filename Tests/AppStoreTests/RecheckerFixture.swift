@@ -9,11 +9,11 @@ import Postgres
 extension EntitlementRechecker {
     /// Tests: a rechecker with pools and an HTTP client of its own (the daemon passes shared ones in).
     convenience init(configuration: AppStoreConfiguration, conninfo: String, logger: Logger, metrics: MetricsRegistry,
-                     now: @escaping @Sendable () -> Date = Date.init) throws {
+                     now: @escaping @Sendable () -> Date = Date.init, onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) throws {
         self.init(configuration: configuration, database: PostgresClient(conninfo: conninfo, maxConnections: 4),
                   leaseConnection: PostgresClient(conninfo: conninfo, maxConnections: 1),
                   http: try HTTPClient(configuration: Self.httpConfiguration(for: configuration)),
-                  logger: logger, metrics: metrics, now: now)
+                  logger: logger, metrics: metrics, now: now, onKeyStatus: onKeyStatus)
     }
 
     /// Tests: closes the HTTP client the convenience initializer built.

@@ -33,6 +33,18 @@ struct FCMFaultTests {
                               logger: Logger(label: "outbox", sink: MemorySink()), metrics: MetricsRegistry())
     }
 
+    /// During a project fault: no device disabled, no delivery settled, no event finished.
+    static func expectNothingDisabledSettledOrFinished(_ db: Fixtures) throws {
+        let during = try db.connection.query(#"""
+            SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
+                   (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
+                   (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
+            """#)[0]
+        #expect(try during["disabled"].int() == 0)
+        #expect(try during["settled"].int() == 0)
+        #expect(try during["finished"].int() == 0)
+    }
+
     /// A misrouted FCM_BASE_URL (a proxy's HTML 404) or a project without the FCM role (403): nothing is disabled,
     /// nothing FAILED, readiness says why; once fixed, every push is delivered exactly once.
     @Test(arguments: [FCMEmulator.ProjectFault.htmlNotFound, .permissionDenied])
@@ -52,14 +64,7 @@ struct FCMFaultTests {
                 #expect(try await Self.eventually(30) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'PROJECT_FAULT%'"#)[0]["n"].int() > 0
                 })
-                let during = try db.connection.query(#"""
-                    SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
-                           (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
-                           (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
-                    """#)[0]
-                #expect(try during["disabled"].int() == 0)
-                #expect(try during["settled"].int() == 0)
-                #expect(try during["finished"].int() == 0)
+                try Self.expectNothingDisabledSettledOrFinished(db)
 
                 emulator.setProjectFault(nil)
                 #expect(try await Self.eventually(30) {
@@ -91,14 +96,7 @@ struct FCMFaultTests {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["n"].int() > 0
                 })
                 try await Task.sleep(for: .seconds(4))
-                let during = try db.connection.query(#"""
-                    SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
-                           (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
-                           (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
-                    """#)[0]
-                #expect(try during["disabled"].int() == 0)
-                #expect(try during["settled"].int() == 0)
-                #expect(try during["finished"].int() == 0)
+                try Self.expectNothingDisabledSettledOrFinished(db)
                 #expect(emulator.stats.tokenRequests <= 3, "\(emulator.stats.tokenRequests) token requests in the first seconds of refusal")
                 #expect(emulator.stats.distinctAccepted == 0)
 

@@ -1,0 +1,2 @@
+// glibc's malloc extensions (malloc_trim), for returning freed heap pages to the kernel.
+#include <malloc.h>
