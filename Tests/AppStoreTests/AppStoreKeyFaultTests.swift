@@ -19,7 +19,7 @@ struct AppStoreKeyFaultTests {
             let pki = ApplePKI.shared
             let statuses = Mutex<[String?]>([])
             let sink = MemorySink()
-            let rig = try EntitlementRecheckerTests.rig(conninfo, sink: sink, configure: { $0.keyRefusedBackoff = .milliseconds(300) },
+            let rig = try EntitlementRecheckerTests.rig(conninfo, sink: sink, configure: { $0.keyRefusedBackoff = .seconds(5) },
                                                         onKeyStatus: { status in statuses.withLock { $0.append(status) } })
             defer { rig.stop() }
             let (production, rechecker) = (rig.production, rig.rechecker)
@@ -48,8 +48,12 @@ struct AppStoreKeyFaultTests {
             #expect(sink.entries.filter { $0.level == .error }.count == 1)  // once per episode
 
             production.refuseAll(false)
-            try await Task.sleep(for: .milliseconds(1_300))  // the pause: 300 ms doubling per refusal
-            _ = try await rechecker.runOnce()
+            // The pause (5 s, doubled per refusal in flight) ends and the next pass goes out by itself.
+            let deadline = ContinuousClock.now + .seconds(40)
+            while statuses.withLock({ $0.last }) != .some(nil), ContinuousClock.now < deadline {
+                _ = try await rechecker.runOnce()
+                try await Task.sleep(for: .milliseconds(500))
+            }
             #expect(statuses.withLock { $0.last } == .some(nil))
             let checked = try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE "lastCheckedAt" IS NOT NULL OR "checkFailures" > 0"#)
             #expect(try checked[0]["n"].int() == 2)

@@ -148,15 +148,17 @@ struct EngineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<12 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
-            let sender = DelayedSender(delay: .milliseconds(500))
+            // 12 sends of 0.7 s behind one slot outlast the 6 s lease; a heartbeat every second keeps it (a loaded CI machine
+            // may delay a beat by seconds: the dispatcher stops sending 2 s before a lease could lapse).
+            let sender = DelayedSender(delay: .milliseconds(700))
             let configure: (inout DeliveryEngineConfiguration) -> Void = {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 50
-                $0.lease = .seconds(3)
+                $0.lease = .seconds(6)
             }
             let first = makeWorker(conninfo, sender: sender, configure: configure).0
             async let firstClaimed = first.drain()
-            // Once the first instance holds all 12 (6 s of sending behind one slot), wait until their first lease
+            // Once the first instance holds all 12 (8.4 s of sending behind one slot), wait until their first lease
             // would have run out, then start a second instance.
             let leased = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
             #expect(try await FCMFaultTests.eventually(30) { try db.connection.query(leased)[0]["n"].int() == 12 })

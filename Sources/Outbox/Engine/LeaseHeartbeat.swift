@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 
-/// Extends the leases of events and deliveries still held, every third of the lease: queued, in flight,
+/// Extends the leases of events and deliveries still held, every sixth of the lease: queued, in flight,
 /// and answered but not yet written. So neither a long send queue nor a slow database lets another
 /// instance (or this one) claim work this one has sent. What could not be extended (taken over,
 /// finished elsewhere) is marked lost and is not sent.
@@ -13,8 +13,9 @@ struct LeaseHeartbeat: Sendable {
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
 
-    /// The time between extensions.
-    var interval: Duration { configuration.lease / 3 }
+    /// The time between extensions: a sixth of the lease, so that a beat late by half the lease still renews before
+    /// the dispatcher's margin (a third) stops sends.
+    var interval: Duration { configuration.lease / 6 }
 
     /// Runs until `isStopped` (checked after each pause of `interval`).
     func run(pause: @Sendable (Duration) async -> Void, isStopped: @Sendable () -> Bool) async {
