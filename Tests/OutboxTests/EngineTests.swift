@@ -148,17 +148,18 @@ struct EngineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<12 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
-            // 12 sends of 0.7 s behind one slot outlast the 6 s lease; a heartbeat every second keeps it (a loaded CI machine
-            // may delay a beat by seconds: the dispatcher stops sending 2 s before a lease could lapse).
-            let sender = DelayedSender(delay: .milliseconds(700))
+            // 12 sends of 1.2 s behind one slot outlast the 12 s lease; a heartbeat every 2 s keeps it. (The dispatcher stops
+            // sending 4 s before a lease could lapse by its own clock: on a CI machine running every suite at once, a claim
+            // or a beat can take seconds, and a shorter lease made this instance give its work up, correctly.)
+            let sender = DelayedSender(delay: .milliseconds(1_200))
             let configure: (inout DeliveryEngineConfiguration) -> Void = {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 50
-                $0.lease = .seconds(6)
+                $0.lease = .seconds(12)
             }
             let first = makeWorker(conninfo, sender: sender, configure: configure).0
             async let firstClaimed = first.drain()
-            // Once the first instance holds all 12 (8.4 s of sending behind one slot), wait until their first lease
+            // Once the first instance holds all 12 (14.4 s of sending behind one slot), wait until their first lease
             // would have run out, then start a second instance.
             let leased = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
             #expect(try await FCMFaultTests.eventually(30) { try db.connection.query(leased)[0]["n"].int() == 12 })
@@ -185,7 +186,7 @@ struct EngineTests {
             let (engine, _, sink) = makeWorker(conninfo, sender: gated) {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 10
-                $0.lease = .seconds(3)  // heartbeat every second: a loaded CI machine keeps the in-flight one's lease
+                $0.lease = .seconds(6)  // heartbeat every second, send margin 2 s: a loaded CI machine keeps the in-flight one's lease
             }
             async let drained = engine.drain()
             var iterator = started.stream.makeAsyncIterator()
