@@ -46,29 +46,50 @@ struct StatusRefresher: Service {
     /// otherwise take the pool's deadline, 45 s, to notice).
     static let probeTimeout = Duration.seconds(3)
 
-    /// The refresh, waited for while the loop stays alive; readiness turns down once it takes `probeTimeout`.
+    /// The refresh, waited for while the loop stays alive: its answer is taken the moment it comes; readiness turns
+    /// down once it has taken `probeTimeout`; a stop ends the wait.
     private func refresh(until stop: StopSignal) async throws -> QueueGauges.Snapshot? {
-        let outcome = Mutex<Result<QueueGauges.Snapshot, any Error>?>(nil)
+        struct Wait: Sendable {
+            var result: Result<QueueGauges.Snapshot, any Error>?
+            var waiter: CheckedContinuation<Void, Never>?
+            mutating func wake() -> CheckedContinuation<Void, Never>? {
+                defer { waiter = nil }
+                return waiter
+            }
+        }
+        final class Shared: Sendable { let wait = Mutex(Wait()) }
+        let shared = Shared()
         let gauges = self.gauges
         let task = Task {
             let result: Result<QueueGauges.Snapshot, any Error>
             do { result = .success(try await gauges.refresh()) } catch { result = .failure(error) }
-            outcome.withLock { $0 = result }
+            shared.wait.withLock { $0.result = result; return $0.wake() }?.resume()
         }
-        let started = ContinuousClock.now
-        var reported = false
-        while outcome.withLock({ $0 }) == nil {
-            if stop.isRequested { task.cancel(); return nil }
-            if !reported, ContinuousClock.now - started >= Self.probeTimeout {
-                reported = true
-                parts.setCheck(.database, .down("no answer from the database within \(Self.probeTimeout)"))
-                parts.notify("STATUS=database not answering")
+        // Until the answer, the probe timeout or a stop, whichever comes first.
+        let timers = [
+            Task { try? await Task.sleep(for: Self.probeTimeout); shared.wait.withLock { $0.wake() }?.resume() },
+            Task { await stop.wait(); shared.wait.withLock { $0.wake() }?.resume() },
+        ]
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = shared.wait.withLock { wait -> Bool in
+                if wait.result != nil { return true }
+                wait.waiter = continuation
+                return false
             }
+            if ready { continuation.resume() }
+        }
+        for timer in timers { timer.cancel() }
+        if let result = shared.wait.withLock({ $0.result }) { return try result.get() }
+        if stop.isRequested { task.cancel(); return nil }
+        parts.setCheck(.database, .down("no answer from the database within \(Self.probeTimeout)"))
+        parts.notify("STATUS=database not answering")
+        while shared.wait.withLock({ $0.result }) == nil {
+            if stop.isRequested { task.cancel(); return nil }
             // The loop is alive: it is the database that does not answer (a restart would not help).
             parts.liveness.beat("status")
             await stop.sleep(for: .milliseconds(100))
         }
-        return try outcome.withLock { $0 }!.get()
+        return try shared.wait.withLock { $0.result }!.get()
     }
 
     func run(until stop: StopSignal) async {
