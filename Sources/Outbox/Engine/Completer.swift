@@ -74,8 +74,6 @@ final class Completer: Sendable {
         eagerCount = max(1, min(configuration.completerFlushCount, configuration.maxInFlight / 2))
     }
 
-    /// Items buffered and not yet taken by a flush.
-    var buffered: Int { state.withLock { $0.buffered } }
 
     // MARK: Producers
 

@@ -39,14 +39,12 @@ final class EngineBook: Sendable {
         self.unwrittenGauge = unwrittenGauge
     }
 
-    var slots: Int { state.withLock { $0.machine.slots } }
+    /// Claims are made only while the load stays at or below this.
     var highWater: Int { state.withLock { $0.machine.highWater } }
     /// Queued + sending + answered-unwritten deliveries.
     var load: Int { state.withLock { $0.machine.load } }
     /// Sends started and not yet answered.
     var sending: Int { state.withLock { $0.machine.sending } }
-    /// Answered sends whose outcome is not yet written.
-    var unwritten: Int { state.withLock { $0.machine.unwritten } }
     /// Groups held between claim and their written end.
     var groupCount: Int { state.withLock { $0.machine.groups.count } }
 
