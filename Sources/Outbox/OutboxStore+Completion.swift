@@ -34,11 +34,15 @@ extension OutboxStore {
             SELECT * FROM unnest($5::bigint[], $6::text[], $7::double precision[], $8::text[], $9::uuid[])
                 AS v(id, key, delay, err, token)
         ), p AS (
-            SELECT v.*, EXISTS (
-                SELECT 1 FROM "PushDelivery" pd
-                WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
-                  AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
-            ) AS pending FROM v
+            -- Probed once per event: the LATERAL subquery's OFFSET 0 keeps the planner from copying the EXISTS
+            -- into each CASE below that reads `pending` (it did: four probes per event).
+            SELECT v.*, s.pending FROM v CROSS JOIN LATERAL (
+                SELECT EXISTS (
+                    SELECT 1 FROM "PushDelivery" pd
+                    WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
+                      AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
+                ) AS pending OFFSET 0
+            ) s
         )
         UPDATE "PushOutbox" o
         SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= $10 THEN 'DEAD' ELSE 'PENDING' END,
