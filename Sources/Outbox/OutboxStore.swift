@@ -7,7 +7,14 @@ import Timekeeping
 struct OutboxStore: Sendable {
     let client: PostgresClient
 
-    init(client: PostgresClient) { self.client = client }
+    /// The client's settings for the completer's and heartbeat's transactions, whose every statement updates rows by
+    /// primary key (`TransactionSettings.forKeyedStatements`).
+    let keyedSettings: TransactionSettings
+
+    init(client: PostgresClient) {
+        self.client = client
+        keyedSettings = client.settings.forKeyedStatements()
+    }
 
     // MARK: Claim
 

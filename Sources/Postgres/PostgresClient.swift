@@ -55,19 +55,21 @@ public final class PostgresClient: Sendable {
         }
     }
 
-    /// Runs independent statements in one transaction with the client's settings, in one round trip
+    /// Runs independent statements in one transaction with the client's settings (or `settings`), in one round trip
     /// (`PostgresConnection.pipelinedTransaction`); returns each statement's rows.
     @discardableResult
-    public func pipelinedTransaction(_ statements: [(sql: String, parameters: [PostgresValue])]) async throws -> [PostgresRows] {
-        let settings = self.settings
+    public func pipelinedTransaction(_ statements: [(sql: String, parameters: [PostgresValue])],
+                                     settings: TransactionSettings? = nil) async throws -> [PostgresRows] {
+        let settings = settings ?? self.settings
         return try await withConnection { connection in try connection.pipelinedTransaction(settings: settings, statements) }
     }
 
-    /// Runs `body` in a transaction with the client's settings that commits when it returns and
+    /// Runs `body` in a transaction with the client's settings (or `settings`) that commits when it returns and
     /// rolls back when it throws.
     @discardableResult
-    public func withTransaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
-        let settings = self.settings
+    public func withTransaction<T: Sendable>(settings: TransactionSettings? = nil,
+                                             _ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
+        let settings = settings ?? self.settings
         return try await withConnection { connection in try connection.withTransaction(settings: settings, body) }
     }
 
