@@ -54,44 +54,60 @@ struct OutboxStore: Sendable {
     // MARK: Fan-out
 
     /// The whole fan-out in one statement (one round trip, each delivery row written once before its result):
-    /// - `inserted`: one delivery per (event, enabled caregiver device), inserted already leased; a device
-    ///   already in the table for the key is skipped (the unique index decides);
-    /// - `reclaimed`: PENDING deliveries of the keys from an earlier attempt or a crashed worker, leased again;
-    /// - `failed`: a PENDING delivery whose device was disabled since it was inserted will never be sent.
-    /// The three touch disjoint rows (the UPDATEs see only rows that existed before the statement).
+    /// - `targets`: every enabled caregiver device of each event's patient, with its token (read once, here);
+    /// - `inserted`: one delivery per target, inserted already leased; a device already in the table for the key is
+    ///   skipped (the unique index decides);
+    /// - `earlier`: the keys that can hold deliveries from before this statement: the insert skipped one of their
+    ///   devices, or they have no sendable device now. A key met for the first time has none, so the two probes
+    ///   below skip it (they were an index probe per key on every fan-out);
+    /// - `reclaimed`: PENDING deliveries of those keys from an earlier attempt or a crashed worker, leased again;
+    /// - `failed`: a PENDING delivery of those keys whose device was disabled since it was inserted will never be sent.
+    /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A stale
+    /// delivery of a key that is new by this rule (its devices all replaced since) keeps the event PENDING, and its
+    /// next attempt, whose inserts all meet their rows, probes it.
     static let fanOutSQL = fanOutCTEs + """
 
-        SELECT x.id, x."eventKey", x."pushDeviceId", d.token, now() AS claimed_at
-        FROM (SELECT * FROM inserted UNION ALL SELECT * FROM reclaimed) x
-        JOIN "PushDevice" d ON d.id = x."pushDeviceId"
+        SELECT i.id, i."eventKey", i."pushDeviceId", t.token, now() AS claimed_at
+        FROM inserted i JOIN targets t ON t.key = i."eventKey" AND t.device_id = i."pushDeviceId"
+        UNION ALL
+        SELECT r.id, r."eventKey", r."pushDeviceId", r.token, now() FROM reclaimed r
         """
 
     /// The data-modifying part of `fanOutSQL` (data-modifying CTEs must be at the top level, so the
     /// benchmark's pgbench script appends its own final SELECT to these).
     static let fanOutCTEs = """
-        WITH inserted AS (
-            INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
-            SELECT gen_random_uuid()::text, e.key, d.id, 'PENDING', 1, now(), $3::uuid,
-                   now() + make_interval(secs => $4::double precision)
+        WITH targets AS MATERIALIZED (
+            SELECT DISTINCT e.key, d.id AS device_id, d.token
             FROM unnest($1::text[], $2::text[]) AS e(key, patient_id)
             JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
             JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
+        ), inserted AS (
+            INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
+            SELECT gen_random_uuid()::text, t.key, t.device_id, 'PENDING', 1, now(), $3::uuid,
+                   now() + make_interval(secs => $4::double precision)
+            FROM targets t
             ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
             RETURNING id, "eventKey", "pushDeviceId"
+        ), earlier AS (
+            SELECT t.key FROM targets t
+            WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
+            UNION
+            SELECT k.key FROM unnest($1::text[]) AS k(key) WHERE NOT EXISTS (SELECT 1 FROM targets t WHERE t.key = k.key)
         ), reclaimed AS (
             UPDATE "PushDelivery" pd
             SET attempts = pd.attempts + 1, "leaseToken" = $3::uuid,
                 "leaseExpiresAt" = now() + make_interval(secs => $4::double precision)
             FROM "PushDevice" d
-            WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING'
+            WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
               AND d.id = pd."pushDeviceId" AND d."isEnabled"
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
-            RETURNING pd.id, pd."eventKey", pd."pushDeviceId"
+            RETURNING pd.id, pd."eventKey", pd."pushDeviceId", d.token
         ), failed AS (
             UPDATE "PushDelivery" pd
             SET status = 'FAILED', "lastError" = 'device disabled before send', "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM "PushDevice" d
-            WHERE pd."eventKey" = ANY($1::text[]) AND pd.status = 'PENDING' AND d.id = pd."pushDeviceId" AND NOT d."isEnabled"
+            WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
+              AND d.id = pd."pushDeviceId" AND NOT d."isEnabled"
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id
         )
