@@ -6,6 +6,11 @@ CREATE TABLE "Patient" (id text PRIMARY KEY, "displayName" text NOT NULL,
 CREATE TABLE "CaregiverPatientLink" (id text PRIMARY KEY, "caregiverId" text NOT NULL, "patientId" text NOT NULL,
     status text NOT NULL, "createdAt" timestamptz NOT NULL DEFAULT now(), "updatedAt" timestamptz NOT NULL DEFAULT now());
 
+-- Prisma's schema makes "patientId" unique today (one caregiver per patient, SPEC 2.1); the worker must still handle
+-- N links, which the tests exercise, so this stand-in indexes the column without the uniqueness. The fan-out finds a
+-- patient's links through it.
+CREATE INDEX "CaregiverPatientLink_patientId_idx" ON "CaregiverPatientLink" ("patientId");
+
 CREATE TABLE "PushDevice" (id text PRIMARY KEY, "ownerType" text NOT NULL, "ownerId" text NOT NULL, token text NOT NULL,
     platform text NOT NULL DEFAULT 'ios', environment text NOT NULL DEFAULT 'PROD', "isEnabled" boolean NOT NULL DEFAULT true,
     "lastSeenAt" timestamptz NOT NULL DEFAULT now(), "createdAt" timestamptz NOT NULL DEFAULT now(),
