@@ -18,10 +18,11 @@ struct OutboxStore: Sendable {
 
     // MARK: Claim
 
-    /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased for `lease`, attempt counted.
+    /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased for `lease`, attempt counted. The locked rows are
+    /// updated by their tuple id (a TID lookup, not a second walk of the primary key): locked, they cannot move.
     static let claimSQL = """
         WITH due AS (
-            SELECT id FROM "PushOutbox"
+            SELECT ctid FROM "PushOutbox"
             WHERE status = 'PENDING' AND "availableAt" <= now()
             ORDER BY "availableAt", id
             LIMIT $1
@@ -31,7 +32,7 @@ struct OutboxStore: Sendable {
         SET attempts = o.attempts + 1, "leasedBy" = $2, "leaseToken" = $3::uuid,
             "leaseExpiresAt" = now() + make_interval(secs => $4::double precision),
             "availableAt" = now() + make_interval(secs => $4::double precision)
-        FROM due WHERE o.id = due.id
+        FROM due WHERE o.ctid = due.ctid
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
                   o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired,
                   (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name,
