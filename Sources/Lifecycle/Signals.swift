@@ -6,7 +6,9 @@ import Synchronization
 public final class WakeSignal: Sendable {
     private struct State {
         var generation: UInt64 = 0
-        var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Waiter ids: a counter, not `UUID()` (a `getrandom` system call on every wait).
+        var nextWaiter: UInt64 = 0
     }
 
     private let state = Mutex(State())
@@ -39,7 +41,7 @@ public final class WakeSignal: Sendable {
 
     /// Returns when the generation moves past `seen`, after `timeout`, or when the task is cancelled.
     public func wait(after seen: UInt64, timeout: Duration) async {
-        let id = UUID()
+        let id = state.withLock { state in state.nextWaiter &+= 1; return state.nextWaiter }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -66,7 +68,8 @@ public final class WakeSignal: Sendable {
 public final class StopSignal: Sendable {
     private struct State {
         var deadline: ContinuousClock.Instant?
-        var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter: UInt64 = 0
     }
 
     private let state = Mutex(State())
@@ -101,7 +104,7 @@ public final class StopSignal: Sendable {
 
     /// Returns when a stop is requested (at once if it already was) or when the task is cancelled.
     public func wait() async {
-        let id = UUID()
+        let id = state.withLock { state in state.nextWaiter &+= 1; return state.nextWaiter }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { state -> Bool in

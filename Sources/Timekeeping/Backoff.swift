@@ -17,6 +17,17 @@ public struct Backoff: Sendable {
         return .milliseconds(Int64((raw * jitter * 1000).rounded()))
     }
 
+    /// A jitter factor in [0.5, 1.0] spread over `seed` (SplitMix64): for delays computed on a hot path for every
+    /// item (the completer prices a retry for every settled event), where the system generator would cost a system
+    /// call each. Different seeds (event id and attempt) land apart, which is all the jitter is for.
+    public static func jitter(seed: UInt64) -> Double {
+        var z = seed &+ 0x9E37_79B9_7F4A_7C15
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        z ^= z >> 31
+        return 0.5 + 0.5 * Double(z >> 11) / Double(1 << 53)
+    }
+
     private func pow2(_ value: Double) -> Double {
         var result = 1.0
         for _ in 0..<Int(value) { result *= 2 }

@@ -144,7 +144,9 @@ final class Completer: Sendable {
         }
         let settlements = group.events.map { event in
             EventSettlement(id: event.id, eventKey: group.eventKey, lease: event.lease,
-                            retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts), group.retryFloor),
+                            retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts,
+                                                                       jitter: Backoff.jitter(seed: UInt64(bitPattern: event.id) &* 31 &+ UInt64(event.attempts))),
+                                           group.retryFloor),
                             error: group.retryReason)
         }
         return OutboxStore.Completion(settlements: settlements)
