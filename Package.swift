@@ -28,15 +28,16 @@ let package = Package(
 
         // Domain modules: plain, safe Swift.
         .target(name: "Timekeeping"),
+        .target(name: "JSON"),
         .target(name: "Lifecycle"),
         .target(name: "Logging", dependencies: ["Systemd"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
         .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping"]),
-        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "Logging", "Metrics", "Timekeeping"]),
-        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "Postgres", "Schema", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Health", dependencies: ["HTTPServer", "Metrics", "Logging", "Lifecycle", "CMalloc"]),
+        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Logging", "Metrics", "Timekeeping"]),
+        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Schema", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Logging", "Lifecycle", "CMalloc"]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
             "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping",

@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import JSON
 
 /// The App Store Server API environments Apple answers for, each with its own base URL, rate and pause.
 /// (A row's `environment` column may hold others, such as `Xcode`, which Apple never signs.)
@@ -111,9 +112,10 @@ public struct AppStoreClient: Sendable {
     /// The bearer JWT: header alg ES256, kid, typ JWT; claims iss, iat, exp (5 minutes, ≤ 60 allowed), aud, bid.
     public func makeToken() throws(CryptoError) -> String {
         let issuedAt = Int(now().timeIntervalSince1970)
-        return try JWT.sign(header: ["alg": "ES256", "kid": configuration.keyId, "typ": "JWT"],
-                            claims: ["iss": configuration.issuerId, "iat": issuedAt, "exp": issuedAt + 300,
-                                     "aud": "appstoreconnect-v1", "bid": configuration.bundleId],
+        struct Header: Encodable { let alg = "ES256", kid: String, typ = "JWT" }
+        struct Claims: Encodable { let iss: String, iat: Int, exp: Int, aud = "appstoreconnect-v1", bid: String }
+        return try JWT.sign(header: Header(kid: configuration.keyId),
+                            claims: Claims(iss: configuration.issuerId, iat: issuedAt, exp: issuedAt + 300, bid: configuration.bundleId),
                             key: configuration.privateKey)
     }
 
@@ -128,9 +130,7 @@ public struct AppStoreClient: Sendable {
 
     /// `GET /inApps/v1/transactions/{transactionId}` in the environment's API.
     public func transaction(id: String, environment: AppStoreEnvironment) async -> Answer {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        let path = id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
+        let path = PercentEncoding.component(id)
         let token: String
         do { token = try currentToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
         let response: HTTPResponse
@@ -140,12 +140,12 @@ public struct AppStoreClient: Sendable {
         } catch {
             return .transportError(error.description)
         }
-        let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
+        let object = JSONValue.parse(bytes: response.body)
         switch response.status {
         case 200:
-            guard let signed = object?["signedTransactionInfo"] as? String else { return .serverError(status: 200) }
+            guard let signed = object?["signedTransactionInfo"]?.stringValue else { return .serverError(status: 200) }
             return .signedTransaction(signed)
-        case 404: return .notFound(errorCode: (object?["errorCode"] as? NSNumber)?.intValue)
+        case 404: return .notFound(errorCode: object?["errorCode"]?.intValue)
         case 429: return .rateLimited(retryAt: Self.retryAt(response))
         case 401: return .unauthorized
         default: return .serverError(status: response.status)
@@ -158,14 +158,13 @@ public struct AppStoreClient: Sendable {
         do { token = try currentToken() } catch { return .transportError("cannot sign the request JWT: \(error)") }
         var url = "\(configuration.baseURL(environment))/inApps/v1/notifications/history"
         if let paginationToken {
-            var allowed = CharacterSet.alphanumerics
-            allowed.insert(charactersIn: "-._~")
-            url += "?paginationToken=" + (paginationToken.addingPercentEncoding(withAllowedCharacters: allowed) ?? paginationToken)
+            url += "?paginationToken=" + PercentEncoding.component(paginationToken)
         }
-        let body: [String: Any] = ["startDate": Self.millis(start), "endDate": Self.millis(end), "notificationType": type]
+        let body = JSONValue.object(["startDate": .number(Double(Self.millis(start))), "endDate": .number(Double(Self.millis(end))),
+                                     "notificationType": .string(type)])
         let response: HTTPResponse
         do {
-            let json = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])
+            let json = Array(body.serialized.utf8)
             response = try await http.execute(HTTPRequest(method: .post, url: url,
                                                           headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
                                                           body: Array(json), timeout: .seconds(30)))
@@ -174,14 +173,16 @@ public struct AppStoreClient: Sendable {
         } catch {
             return .transportError("\(error)")
         }
-        let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
+        let object = JSONValue.parse(bytes: response.body)
         switch response.status {
         case 200:
-            guard let object, let items = object["notificationHistory"] as? [[String: Any]] else { return .serverError(status: 200) }
-            return .page(HistoryPage(signedPayloads: items.compactMap { $0["signedPayload"] as? String },
-                                     hasMore: object["hasMore"] as? Bool ?? false,
-                                     paginationToken: object["paginationToken"] as? String))
-        case 400: return .badRequest(errorCode: (object?["errorCode"] as? NSNumber)?.intValue)
+            guard let object, let items = object["notificationHistory"]?.arrayValue, items.allSatisfy({ $0.objectValue != nil }) else {
+                return .serverError(status: 200)
+            }
+            return .page(HistoryPage(signedPayloads: items.compactMap { $0["signedPayload"]?.stringValue },
+                                     hasMore: object["hasMore"]?.boolValue ?? false,
+                                     paginationToken: object["paginationToken"]?.stringValue))
+        case 400: return .badRequest(errorCode: object?["errorCode"]?.intValue)
         case 429: return .rateLimited(retryAt: Self.retryAt(response))
         case 401: return .unauthorized
         default: return .serverError(status: response.status)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Spreads one environment's requests evenly at `rate` per second (one slot every 1/rate, no bursts) and

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import JSON
 
 /// An App Store Server Notification V2 (`signedPayload`) after its signature and chain were checked.
 /// The transaction inside is still unchecked: `signedTransactionInfo` goes through
@@ -22,17 +23,17 @@ extension SignedTransactionVerifier {
     public func verifyNotification(_ signedPayload: String, type: String, bundleId: String,
                                    environment: String) throws(Refusal) -> VerifiedNotification {
         let (payload, signedDate) = try verifiedPayload(signedPayload)
-        guard let notificationType = payload["notificationType"] as? String, let data = payload["data"] as? [String: Any],
-              let signedTransactionInfo = data["signedTransactionInfo"] as? String,
-              let dataEnvironment = data["environment"] as? String, let dataBundle = data["bundleId"] as? String else {
+        guard let notificationType = payload["notificationType"]?.stringValue, let data = payload["data"],
+              let signedTransactionInfo = data["signedTransactionInfo"]?.stringValue,
+              let dataEnvironment = data["environment"]?.stringValue, let dataBundle = data["bundleId"]?.stringValue else {
             throw .malformedNotification
         }
         guard notificationType == type else { throw .notificationTypeMismatch }
         guard !Self.untrustedEnvironments.contains(dataEnvironment) else { throw .untrustedEnvironment }
         guard dataBundle == bundleId else { throw .bundleMismatch }
         guard dataEnvironment == environment else { throw .environmentMismatch }
-        return VerifiedNotification(notificationType: notificationType, subtype: payload["subtype"] as? String,
-                                    notificationUUID: payload["notificationUUID"] as? String, environment: dataEnvironment,
+        return VerifiedNotification(notificationType: notificationType, subtype: payload["subtype"]?.stringValue,
+                                    notificationUUID: payload["notificationUUID"]?.stringValue, environment: dataEnvironment,
                                     bundleId: dataBundle, signedTransactionInfo: signedTransactionInfo, signedDate: signedDate)
     }
 

@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import JSON
 
 /// A transaction Apple signed, after every check passed.
 public struct VerifiedTransaction: Sendable, Equatable {
@@ -74,8 +75,8 @@ public struct SignedTransactionVerifier: Sendable {
         let (payload, signedDate) = try verifiedPayload(jws)
         guard let transactionId = Self.string(payload["transactionId"]),
               let originalTransactionId = Self.string(payload["originalTransactionId"]),
-              let bundleId = payload["bundleId"] as? String, let productId = payload["productId"] as? String,
-              let environment = payload["environment"] as? String else {
+              let bundleId = payload["bundleId"]?.stringValue, let productId = payload["productId"]?.stringValue,
+              let environment = payload["environment"]?.stringValue else {
             throw .malformedPayload
         }
         guard !Self.untrustedEnvironments.contains(environment) else { throw .untrustedEnvironment }
@@ -83,23 +84,24 @@ public struct SignedTransactionVerifier: Sendable {
         guard productId == expectation.productId else { throw .productMismatch }
         guard originalTransactionId == expectation.originalTransactionId else { throw .transactionMismatch }
         guard environment == expectation.environment else { throw .environmentMismatch }
-        let revocation = (payload["revocationDate"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
+        let revocation = payload["revocationDate"]?.numberValue.map { Date(timeIntervalSince1970: $0 / 1000) }
         return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
                                    productId: productId, environment: environment, revocationDate: revocation,
-                                   revocationReason: (payload["revocationReason"] as? NSNumber)?.intValue, signedDate: signedDate)
+                                   revocationReason: payload["revocationReason"]?.intValue, signedDate: signedDate)
     }
 
     /// Checks a compact JWS Apple signed (ES256, x5c chain of three to a configured root with Apple's OIDs, valid
     /// at the payload's `signedDate`, signature by the leaf) and returns its payload; used for transactions and notifications.
-    func verifiedPayload(_ jws: String) throws(Refusal) -> (payload: [String: Any], signedDate: Date) {
+    func verifiedPayload(_ jws: String) throws(Refusal) -> (payload: JSONValue, signedDate: Date) {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let payloadData = Base64URL.decode(parts[1]),
               let signature = Base64URL.decode(parts[2]),
-              let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any] else {
+              let header = JSONValue.parse(bytes: headerData), header.objectValue != nil else {
             throw .malformedJWS
         }
-        guard header["alg"] as? String == "ES256" else { throw .unsupportedAlgorithm }
-        guard let x5c = header["x5c"] as? [String], x5c.count == 3 else { throw .certificateCount }
+        guard header["alg"]?.stringValue == "ES256" else { throw .unsupportedAlgorithm }
+        guard let x5c = header["x5c"]?.arrayValue?.compactMap(\.stringValue), x5c.count == 3,
+              header["x5c"]?.arrayValue?.count == 3 else { throw .certificateCount }
         var chain: [Certificate] = []
         for encoded in x5c {
             guard let der = Data(base64Encoded: encoded), let certificate = try? Certificate(der: Array(der)) else {
@@ -107,8 +109,8 @@ public struct SignedTransactionVerifier: Sendable {
             }
             chain.append(certificate)
         }
-        guard let payload = (try? JSONSerialization.jsonObject(with: payloadData)) as? [String: Any],
-              let signedMillis = (payload["signedDate"] as? NSNumber)?.doubleValue else {
+        guard let payload = JSONValue.parse(bytes: payloadData), payload.objectValue != nil,
+              let signedMillis = payload["signedDate"]?.numberValue else {
             throw .malformedPayload
         }
         let signedDate = Date(timeIntervalSince1970: signedMillis / 1000)
@@ -129,16 +131,17 @@ public struct SignedTransactionVerifier: Sendable {
 
     /// The payload of a JWS read WITHOUT any check: only to find which row a notification is about, before
     /// `verify(_:expecting:)` checks it against that row.
-    static func unverifiedPayload(_ jws: String) -> [String: Any]? {
+    static func unverifiedPayload(_ jws: String) -> JSONValue? {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let data = Base64URL.decode(parts[1]) else { return nil }
-        return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        guard parts.count == 3, let data = Base64URL.decode(parts[1]), let payload = JSONValue.parse(bytes: data),
+              payload.objectValue != nil else { return nil }
+        return payload
     }
 
     /// Apple sends ids as strings; accept numbers too.
-    static func string(_ value: Any?) -> String? {
-        if let text = value as? String { return text }
-        if let number = value as? NSNumber { return number.stringValue }
+    static func string(_ value: JSONValue?) -> String? {
+        if let text = value?.stringValue { return text }
+        if let number = value?.intValue { return String(number) }
         return nil
     }
 }

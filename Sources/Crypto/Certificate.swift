@@ -1,5 +1,5 @@
 import COpenSSL
-import Foundation
+import FoundationEssentials
 
 /// An X.509 certificate (PEM or DER). Owns its `X509`.
 public final class Certificate: Sendable {

@@ -1,5 +1,5 @@
 import COpenSSL
-import Foundation
+import FoundationEssentials
 
 /// A private key (RSA or EC) loaded from PEM (PKCS#8, PKCS#1 or SEC1). Owns its `EVP_PKEY`.
 public final class PrivateKey: Sendable {

@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import JSON
 import HTTP
 import Logging
 import Metrics
@@ -118,10 +119,12 @@ public actor AccessTokenProvider {
 
     private func fetch() async throws -> (String, Date) {
         let issuedAt = now()
+        struct Header: Encodable { let alg = "RS256", typ = "JWT", kid: String? }
+        struct Claims: Encodable { let iss: String, scope: String, aud: String, iat: Int, exp: Int }
         let assertion = try JWT.sign(
-            header: ["alg": "RS256", "typ": "JWT"].merging(account.privateKeyId.map { ["kid": $0] } ?? [:]) { $1 },
-            claims: ["iss": account.clientEmail, "scope": Self.scope, "aud": account.tokenURI,
-                     "iat": Int(issuedAt.timeIntervalSince1970), "exp": Int(issuedAt.timeIntervalSince1970) + 3600],
+            header: Header(kid: account.privateKeyId),
+            claims: Claims(iss: account.clientEmail, scope: Self.scope, aud: account.tokenURI,
+                           iat: Int(issuedAt.timeIntervalSince1970), exp: Int(issuedAt.timeIntervalSince1970) + 3600),
             key: account.privateKey)
         let form = "grant_type=" + formEncode("urn:ietf:params:oauth:grant-type:jwt-bearer") + "&assertion=" + formEncode(assertion)
         let response: HTTPResponse
@@ -133,24 +136,20 @@ public actor AccessTokenProvider {
         } catch {
             throw FCMError(.tokenRequestFailed, "token endpoint \(account.tokenURI): \(error)")
         }
-        let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any]
-        guard response.status == 200, let token = object?["access_token"] as? String, !token.isEmpty else {
+        let object = JSONValue.parse(bytes: response.body)
+        guard response.status == 200, let token = object?["access_token"]?.stringValue, !token.isEmpty else {
             // Google's OAuth errors: {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}.
-            let reason = [object?["error"] as? String, object?["error_description"] as? String].compactMap { $0 }.joined(separator: ": ")
+            let reason = [object?["error"]?.stringValue, object?["error_description"]?.stringValue].compactMap { $0 }.joined(separator: ": ")
                 .nonEmpty ?? "no access_token in the answer"
             throw FCMError(.tokenRequestFailed, "token endpoint \(account.tokenURI) answered \(response.status): \(reason.prefix(200))")
         }
-        let lifetime = (object?["expires_in"] as? NSNumber)?.doubleValue ?? 3600
+        let lifetime = object?["expires_in"]?.numberValue ?? 3600
         refreshes.increment()
         logger.debug("fetched FCM access token", metadata: ["fcm.token_lifetime_s": "\(Int(lifetime))"])
         return (token, issuedAt.addingTimeInterval(lifetime))
     }
 
-    private func formEncode(_ value: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
-    }
+    private func formEncode(_ value: String) -> String { PercentEncoding.component(value) }
 }
 
 private extension String {

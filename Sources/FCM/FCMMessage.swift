@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// Builds the FCM HTTP v1 request body of SPEC §3 for one DOSE_TAKEN push.
 public enum FCMMessage {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import JSON
 import Timekeeping
 
 /// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.
@@ -46,21 +47,23 @@ public enum FCMResponseClassifier {
 
         /// Parses the body; nil when it is not Google's error shape.
         public static func parse(_ body: [UInt8]) -> GoogleError? {
-            guard let root = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any],
-                  let error = root["error"] as? [String: Any] else { return nil }
-            var parsed = GoogleError(code: (error["code"] as? NSNumber)?.intValue, status: error["status"] as? String,
-                                     message: error["message"] as? String)
-            for detail in error["details"] as? [[String: Any]] ?? [] {
-                switch detail["@type"] as? String {
+            guard let root = JSONValue.parse(bytes: body), let error = root["error"], error.objectValue != nil else { return nil }
+            var parsed = GoogleError(code: error["code"]?.intValue, status: error["status"]?.stringValue,
+                                     message: error["message"]?.stringValue)
+            // A member of the wrong shape counts as absent, as a failed cast did (an array with one odd element: none).
+            func objects(_ value: JSONValue?) -> [JSONValue] {
+                guard let items = value?.arrayValue, items.allSatisfy({ $0.objectValue != nil }) else { return [] }
+                return items
+            }
+            for detail in objects(error["details"]) {
+                switch detail["@type"]?.stringValue {
                 case fcmErrorType?:
-                    parsed.fcmErrorCode = detail["errorCode"] as? String
+                    parsed.fcmErrorCode = detail["errorCode"]?.stringValue
                 case badRequestType?:
-                    let violations = detail["fieldViolations"] as? [[String: Any]] ?? []
-                    parsed.badRequestFields = violations.compactMap { $0["field"] as? String }
+                    parsed.badRequestFields = objects(detail["fieldViolations"]).compactMap { $0["field"]?.stringValue }
                 case quotaFailureType?:
-                    let violations = detail["violations"] as? [[String: Any]] ?? []
-                    parsed.quotaViolations = violations.map { violation in
-                        ["subject", "description", "quotaId", "quotaMetric"].compactMap { violation[$0] as? String }.joined(separator: " ")
+                    parsed.quotaViolations = objects(detail["violations"]).map { violation in
+                        ["subject", "description", "quotaId", "quotaMetric"].compactMap { violation[$0]?.stringValue }.joined(separator: " ")
                     }
                 default:
                     continue
@@ -76,8 +79,7 @@ public enum FCMResponseClassifier {
     public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {
         if status == 200 {
             if let name = fastName(body) { return .outcome(.sent(messageName: name)) }
-            let root = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
-            return .outcome(.sent(messageName: root?["name"] as? String ?? ""))
+            return .outcome(.sent(messageName: JSONValue.parse(bytes: body)?["name"]?.stringValue ?? ""))
         }
         let error = GoogleError.parse(body)
         let code = error?.fcmErrorCode
@@ -121,7 +123,7 @@ public enum FCMResponseClassifier {
             // Without SENDER_ID_MISMATCH a 403 is the project's: IAM role missing, the API disabled.
             return .projectFault(reason: error.status ?? "PERMISSION_DENIED", retryAfter: retryAfter)
         }
-        if status == 404 { return .projectFault(reason: "HTTP 404 \(error.status ?? "")".trimmingCharacters(in: .whitespaces), retryAfter: retryAfter) }
+        if status == 404 { return .projectFault(reason: "HTTP 404 \(error.status ?? "")".trimmingWhitespace(), retryAfter: retryAfter) }
         return .outcome(.permanentFailure(reason: code ?? error.status ?? "HTTP \(status)"))
     }
 
@@ -163,7 +165,7 @@ public enum FCMResponseClassifier {
     /// `Sun, 06 Nov 1994 08:49:37 GMT`); a past date means now. Parsed by hand: Foundation's
     /// DateFormatter leaks on Linux (found by scripts/fuzz), and this runs during FCM outages.
     public static func parseRetryAfter(_ value: String, now: Date) -> Duration? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        let trimmed = value.trimmingWhitespace()
         if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
         let parts = trimmed.split(separator: " ")
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]

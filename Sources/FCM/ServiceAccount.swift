@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import JSON
 
 /// The fields of a Google service-account JSON key file that FCM needs.
 public struct ServiceAccount: Sendable {
@@ -21,16 +22,16 @@ public struct ServiceAccount: Sendable {
 
     /// Parses service-account JSON; `source` names it in errors.
     public static func parse(_ data: Data, source: String) throws(FCMError) -> ServiceAccount {
-        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
+        guard let object = JSONValue.parse(bytes: data), object.objectValue != nil else {
             throw FCMError(.invalidServiceAccount, "\(source): not a JSON object")
         }
         func field(_ name: String) throws(FCMError) -> String {
-            guard let value = object[name] as? String, !value.isEmpty else {
+            guard let value = object[name]?.stringValue, !value.isEmpty else {
                 throw FCMError(.invalidServiceAccount, "\(source): field \"\(name)\" is missing or not a string")
             }
             return value
         }
-        if let type = object["type"] as? String, type != "service_account" {
+        if let type = object["type"]?.stringValue, type != "service_account" {
             throw FCMError(.invalidServiceAccount, "\(source): field \"type\" is \"\(type)\", expected \"service_account\"")
         }
         let projectId = try field("project_id")
@@ -48,6 +49,6 @@ public struct ServiceAccount: Sendable {
             throw FCMError(.invalidServiceAccount, "\(source): field \"private_key\" is not an RSA key")
         }
         return ServiceAccount(projectId: projectId, clientEmail: clientEmail, tokenURI: tokenURI, privateKey: key,
-                              privateKeyId: object["private_key_id"] as? String)
+                              privateKeyId: object["private_key_id"]?.stringValue)
     }
 }

@@ -1,5 +1,6 @@
 import CCurl
-import Foundation
+import FoundationEssentials
+import Glibc
 import Timekeeping
 
 /// One easy handle, reused request after request (libcurl keeps options across transfers). It

@@ -1,6 +1,9 @@
 import CCurl
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Synchronization
+import Timekeeping
 
 /// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe").
 private let curlGlobalInit: Void = {
@@ -49,7 +52,8 @@ public final class HTTPClient: Sendable {
                 throw HTTPError(.invalidRequest, "cannot read CA file \(caFile)")
             }
             let system = FileManager.default.contents(atPath: "/etc/ssl/certs/ca-certificates.crt") ?? Data()
-            let path = NSTemporaryDirectory() + "medication-worker-ca-\(getpid())-\(UUID().uuidString.prefix(8)).pem"
+            let directory = ProcessInfo.processInfo.environment["TMPDIR"].map { $0.hasSuffix("/") ? $0 : $0 + "/" } ?? "/tmp/"
+            let path = directory + "medication-worker-ca-\(getpid())-\(UUID().uuidString.prefix(8)).pem"
             guard FileManager.default.createFile(atPath: path, contents: system + Data("\n".utf8) + extra,
                                                  attributes: [.posixPermissions: 0o600]) else {
                 throw HTTPError(.invalidRequest, "cannot write the combined CA bundle to \(path)")
@@ -67,9 +71,7 @@ public final class HTTPClient: Sendable {
         // maxInFlight connections instead of queueing behind one.
         _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
         let driver = Driver(client: self)
-        let thread = Thread { [finished] in driver.run(); finished.signal() }
-        thread.name = "http-multi"
-        thread.start()
+        OSThread.start(name: "http-multi") { [finished] in driver.run(); finished.signal() }
     }
 
     deinit {

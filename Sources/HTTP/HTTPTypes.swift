@@ -139,3 +139,24 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
 
     public var description: String { "\(code): \(message)" }
 }
+
+/// Percent-encoding for URL path segments, query values and form fields.
+public enum PercentEncoding {
+    /// `text` as one URL component: RFC 3986's unreserved characters stay, every other byte of its UTF-8 is
+    /// percent-encoded.
+    public static func component(_ text: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

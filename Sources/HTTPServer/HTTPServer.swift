@@ -1,5 +1,7 @@
 import CMicroHTTPD
-import Foundation
+import FoundationEssentials
+import Glibc
+import Synchronization
 
 /// An HTTP/1.1 server over libmicrohttpd (the only importer of it): thread per connection,
 /// optional TLS. Used by the health endpoint, the FCM emulator and the test fakes.
@@ -11,7 +13,7 @@ public final class HTTPServer: @unchecked Sendable {
     /// The handler runs on libmicrohttpd's threads and may block (it has its own thread).
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
 
-    private let lock = NSLock()
+    private let lock = Mutex(())
     private var daemon: OpaquePointer?
     private var accepted = 0
     fileprivate let handler: Handler
@@ -78,23 +80,23 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     /// TCP connections accepted so far.
-    public var connectionsAccepted: Int { lock.withLock { accepted } }
+    public var connectionsAccepted: Int { lock.withLock { _ in accepted } }
 
     /// Stops listening and closes connections; idempotent.
     public func stop() {
-        let running = lock.withLock { () -> OpaquePointer? in
+        let running = lock.withLock { _ -> OpaquePointer? in
             defer { daemon = nil }
             return daemon
         }
         if let running { MHD_stop_daemon(running) }
     }
 
-    fileprivate func noteConnection() { lock.withLock { accepted += 1 } }
+    fileprivate func noteConnection() { lock.withLock { _ in accepted += 1 } }
 
     private static func free(_ strings: (key: UnsafeMutablePointer<CChar>, cert: UnsafeMutablePointer<CChar>)?) {
         guard let strings else { return }
-        Foundation.free(strings.key)
-        Foundation.free(strings.cert)
+        Glibc.free(strings.key)
+        Glibc.free(strings.cert)
     }
 }
 

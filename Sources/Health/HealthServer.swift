@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import JSON
 import HTTPServer
 import Lifecycle
 import Metrics
@@ -107,8 +108,5 @@ public final class HealthServer: Service {
         }
     }
 
-    static func jsonString(_ value: String) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: [value], options: [.withoutEscapingSlashes])) ?? Data("[\"\"]".utf8)
-        return String(String(decoding: data, as: UTF8.self).dropFirst().dropLast())
-    }
+    static func jsonString(_ value: String) -> String { JSONValue.quoted(value) }
 }

@@ -1,5 +1,6 @@
 import CMalloc
-import Foundation
+import FoundationEssentials
+import Glibc
 import Metrics
 
 /// Standard process metrics (resident memory, open fds, start time), read from /proc at scrape time.

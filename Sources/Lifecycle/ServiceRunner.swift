@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs the daemon's services until SIGTERM/SIGINT, then stops them in reverse order
 /// (swift-service-lifecycle's `ServiceGroup`): the last service is asked to stop first, and each

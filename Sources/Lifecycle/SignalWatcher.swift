@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// Turns SIGTERM and SIGINT into a callback on a private queue (swift-service-lifecycle style):

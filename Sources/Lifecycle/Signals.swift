@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Wakes waiting loops (NOTIFY arrived, events settled, or a stop was requested). A wake that happens

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Severity of a log entry, in syslog order (swift-log's seven levels).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {

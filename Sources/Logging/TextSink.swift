@@ -1,16 +1,24 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// One `key=value` line per entry on stderr, for terminals and non-journal supervisors.
 public struct TextSink: LogSink {
-    private let lock = NSLock()
+    /// One line at a time on stderr, whichever sink value writes it.
+    private static let lock = Mutex(())
 
     public init() {}
 
     public func write(_ entry: LogEntry) {
-        let line = TextSink.format(entry) + "\n"
-        lock.withLock {
-            FileHandle.standardError.write(Data(line.utf8))
+        var line = TextSink.format(entry) + "\n"
+        Self.lock.withLock { _ in
+            line.withUTF8 { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let written = Glibc.write(STDERR_FILENO, bytes.baseAddress! + offset, bytes.count - offset)
+                    if written > 0 { offset += written } else if written < 0 && errno == EINTR { continue } else { return }
+                }
+            }
         }
     }
 
@@ -32,9 +40,9 @@ public struct TextSink: LogSink {
         let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0.isNewline }
         guard needsQuotes else { return value }
         let escaped = value
-            .replacingOccurrences(of: "\\", with: "\\\\")
-            .replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n")
+            .replacing("\\", with: "\\\\")
+            .replacing("\"", with: "\\\"")
+            .replacing("\n", with: "\\n")
         return "\"\(escaped)\""
     }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// A process-wide set of Prometheus metrics, rendered in text format 0.0.4.
@@ -117,9 +117,9 @@ public final class MetricsRegistry: Sendable {
         guard !labels.isEmpty else { return "" }
         let pairs = labels.keys.sorted().map { key in
             let value = labels[key]!
-                .replacingOccurrences(of: "\\", with: "\\\\")
-                .replacingOccurrences(of: "\"", with: "\\\"")
-                .replacingOccurrences(of: "\n", with: "\\n")
+                .replacing("\\", with: "\\\\")
+                .replacing("\"", with: "\\\"")
+                .replacing("\n", with: "\\n")
             return "\(key)=\"\(value)\""
         }
         return "{" + pairs.joined(separator: ",") + "}"

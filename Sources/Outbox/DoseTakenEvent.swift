@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import JSON
 import Timekeeping
 
 /// A validated DOSE_TAKEN outbox payload (SPEC §2.2) and its eventKey (SPEC §3).

@@ -1,5 +1,5 @@
 import FCM
-import Foundation
+import FoundationEssentials
 import Postgres
 import Timekeeping
 

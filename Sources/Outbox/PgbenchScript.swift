@@ -9,7 +9,7 @@ package enum PgbenchScript {
     static func bind(_ sql: String, _ names: [String]) -> String {
         var text = sql
         for (index, name) in names.enumerated().reversed() {
-            text = text.replacingOccurrences(of: "$\(index + 1)", with: ":\(name)")
+            text = text.replacing("$\(index + 1)", with: ":\(name)")
         }
         return text
     }

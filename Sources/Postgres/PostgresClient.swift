@@ -1,6 +1,7 @@
 import CLibPQ
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 import Timekeeping
 
@@ -157,7 +158,7 @@ private final class Slot: @unchecked Sendable {
         connection = nil
         if failures > 0 {
             // Capped exponential backoff between reconnect attempts: 50 ms, 100 ms, … 2 s.
-            Thread.sleep(forTimeInterval: Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds)
+            sleepThread(for: Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1))
         }
         do {
             let opened = try PostgresConnection(conninfo: conninfo)

@@ -1,5 +1,6 @@
 import CLibPQ
-import Foundation
+import FoundationEssentials
+import Glibc
 import Timekeeping
 
 /// One libpq connection. Not thread-safe: `PostgresClient` confines each connection to a
@@ -305,13 +306,13 @@ public final class PostgresConnection {
 
     /// Quotes an SQL identifier (`"name"` with inner quotes doubled).
     public static func quoteIdentifier(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        "\"" + name.replacing("\"", with: "\"\"") + "\""
     }
 
     private static func errorText(_ connection: OpaquePointer) -> String {
         guard let text = PQerrorMessage(connection) else { return "unknown libpq error" }
-        let message = String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
-        return message.isEmpty ? "connection closed" : message.replacingOccurrences(of: "\n", with: "; ")
+        let message = String(cString: text).trimmingWhitespace()
+        return message.isEmpty ? "connection closed" : message.replacing("\n", with: "; ")
     }
 
     private static func copyRows(_ result: OpaquePointer) -> PostgresRows {

@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Lifecycle
 import Synchronization
 import Timekeeping
@@ -36,10 +37,8 @@ public final class PostgresListener: Service {
 
     /// Starts the listening thread.
     public func start() {
-        let thread = Thread { [self] in loop(); finished.signal() }
-        thread.name = "postgres-listen"
         state.withLock { $0.started = true }
-        thread.start()
+        OSThread.start(name: "postgres-listen") { [self] in loop(); finished.signal() }
     }
 
     /// Stops the thread and waits for it to close its connection.
@@ -85,7 +84,7 @@ public final class PostgresListener: Service {
                 let delay = Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds
                 var waited = 0.0
                 while waited < delay, !isStopped {
-                    Thread.sleep(forTimeInterval: 0.05)
+                    sleepThread(for: .milliseconds(50))
                     waited += 0.05
                 }
             }

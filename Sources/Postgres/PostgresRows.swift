@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Timekeeping
 
 /// The rows of one statement's result, copied out of the `PGresult` (which is freed at once).

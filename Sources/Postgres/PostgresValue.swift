@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Timekeeping
 
 /// A bound statement parameter, sent in text format with the server inferring its type
 /// from the statement (add casts such as `$1::jsonb` where the SQL needs them).
@@ -77,8 +79,8 @@ public enum PostgresValue: Sendable, Hashable {
         var tm = tm()
         var t = time_t(whole)
         gmtime_r(&t, &tm)
-        return String(format: "%04d-%02d-%02d %02d:%02d:%02d.%06d+00", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1,
-                      Int(tm.tm_mday), Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec), micros)
+        return "\((Int(tm.tm_year) + 1900).zeroPadded(4))-\((Int(tm.tm_mon) + 1).zeroPadded(2))-\(Int(tm.tm_mday).zeroPadded(2)) "
+            + "\(Int(tm.tm_hour).zeroPadded(2)):\(Int(tm.tm_min).zeroPadded(2)):\(Int(tm.tm_sec).zeroPadded(2)).\(micros.zeroPadded(6))+00"
     }
 }
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Timekeeping
 
 /// A named lease row: how a loop runs on one instance at a time (retention, entitlement checks,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Timekeeping
 
 /// Run-time parameters for one transaction, sent as `set_config(name, value, true)` in the same
@@ -54,7 +54,7 @@ public struct TransactionSettings: Sendable, Equatable {
     }
 
     private static func literal(_ text: String) -> String {
-        "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+        "'" + text.replacing("'", with: "''") + "'"
     }
 
     public static func == (lhs: TransactionSettings, rhs: TransactionSettings) -> Bool {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Postgres
 import Timekeeping
 
@@ -93,7 +93,7 @@ public struct Migrator: Sendable {
             guard ContinuousClock.now < deadline else {
                 throw PostgresError(.queryFailed, message: "another `migrate` has held the migrate lease for ten minutes (table \(SingletonLease.table))")
             }
-            Thread.sleep(forTimeInterval: 0.5)
+            sleepThread(for: .milliseconds(500))
         }
     }
 
@@ -107,7 +107,7 @@ public struct Migrator: Sendable {
                 return timedOut
             } catch let error as PostgresError where error.sqlState == "55P03" && timedOut + 1 < lockAttempts {
                 timedOut += 1
-                Thread.sleep(forTimeInterval: min(5.0, 0.25 * Double(timedOut)))
+                sleepThread(for: .milliseconds(min(5000, 250 * timedOut)))
             }
         }
     }
@@ -123,7 +123,7 @@ public struct Migrator: Sendable {
             """
         var state = try connection.query(stateSQL, [.text(quoted)]).first
         while let row = state, try !row["valid"].bool(), try row["building"].bool() {
-            Thread.sleep(forTimeInterval: 0.5)  // another session is building it: wait for its outcome
+            sleepThread(for: .milliseconds(500))  // another session is building it: wait for its outcome
             state = try connection.query(stateSQL, [.text(quoted)]).first
         }
         if let row = state, try !row["valid"].bool() {

@@ -1,5 +1,6 @@
 import CSystemd
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The sd_notify protocol through libsystemd: READY=1, STATUS=…, WATCHDOG=1, STOPPING=1.
 /// Outside systemd (no `NOTIFY_SOCKET`) every call is a no-op.

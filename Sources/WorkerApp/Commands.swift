@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Timekeeping
 import Logging
 import Outbox
 import Postgres
@@ -57,13 +58,13 @@ enum Commands {
     static func render(_ status: OutboxAdmin.Status) -> String {
         func age(_ seconds: Double?) -> String {
             guard let seconds else { return "-" }
-            if seconds < 120 { return String(format: "%.0fs", seconds) }
-            if seconds < 7200 { return String(format: "%.0fm", seconds / 60) }
-            if seconds < 172_800 { return String(format: "%.1fh", seconds / 3600) }
-            return String(format: "%.1fd", seconds / 86_400)
+            if seconds < 120 { return seconds.fixed(0) + "s" }
+            if seconds < 7200 { return (seconds / 60).fixed(0) + "m" }
+            if seconds < 172_800 { return (seconds / 3600).fixed(1) + "h" }
+            return (seconds / 86_400).fixed(1) + "d"
         }
         func size(_ bytes: Int) -> String {
-            bytes >= 1 << 20 ? String(format: "%.1f MiB", Double(bytes) / 1_048_576) : String(format: "%.0f KiB", Double(bytes) / 1024)
+            bytes >= 1 << 20 ? (Double(bytes) / 1_048_576).fixed(1) + " MiB" : (Double(bytes) / 1024).fixed(0) + " KiB"
         }
         let events = status.events
         return """

@@ -1,5 +1,7 @@
 import FCM
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Lifecycle
 import Logging
 import Metrics
@@ -143,7 +145,7 @@ struct Supervisor {
     /// another instance takes it over.
     static func exitAtDeadline(_ deadline: Duration, logger: Logger) {
         let seconds = deadline.asSeconds
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+        DispatchQueue.global().asyncAfter(deadline: DispatchTime.now() + seconds) {
             logger.error("shutdown deadline passed with work still blocked (database not answering?); exiting",
                          metadata: ["shutdown.deadline_seconds": "\(seconds)"])
             fflush(nil)

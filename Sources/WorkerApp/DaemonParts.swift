@@ -1,7 +1,7 @@
 import AppStore
 import Crypto
 import FCM
-import Foundation
+import FoundationEssentials
 import HTTP
 import Health
 import Logging

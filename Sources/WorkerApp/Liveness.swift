@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Heartbeats of the daemon's loops. `/healthz` and the systemd watchdog consult it: a loop

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import Outbox
 import Postgres
@@ -93,7 +94,8 @@ public enum WorkerApp {
 
     /// One line on stderr.
     static func printError(_ message: String) {
-        FileHandle.standardError.write(Data((message + "\n").utf8))
+        var line = message + "\n"
+        line.withUTF8 { bytes in _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count) }
     }
 
     /// Prints a configuration error the way every command does, and returns 78.

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Timekeeping
 import Logging
 
 /// Reads and validates single variables; every error names the variable.
@@ -9,7 +11,7 @@ struct EnvironmentReader {
 
     /// The value, or nil when unset or empty.
     func raw(_ name: String) -> String? {
-        guard let value = environment[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        guard let value = environment[name]?.trimmingWhitespace(), !value.isEmpty else { return nil }
         return value
     }
 
@@ -77,11 +79,11 @@ struct EnvironmentReader {
     }
 
     func checkReadable(_ name: String, _ path: String) throws(ConfigurationError) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
             throw ConfigurationError(name, "file \(path) does not exist")
         }
-        guard !isDirectory.boolValue else { throw ConfigurationError(name, "\(path) is a directory, not a file") }
+        guard status.st_mode & S_IFMT != S_IFDIR else { throw ConfigurationError(name, "\(path) is a directory, not a file") }
         guard FileManager.default.isReadableFile(atPath: path) else {
             throw ConfigurationError(name, "file \(path) is not readable by this user")
         }
@@ -98,7 +100,7 @@ struct EnvironmentReader {
         let keyFile = try file("APPSTORE_PRIVATE_KEY_FILE",
                                default: credentials.map { "\($0)/\(Configuration.Defaults.appStoreKeyCredential)" })
         let roots = try required("APPSTORE_ROOT_CERT_FILES").split(separator: ",")
-            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            .map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
         guard !roots.isEmpty else { throw ConfigurationError("APPSTORE_ROOT_CERT_FILES", "lists no file") }
         for root in roots { try checkReadable("APPSTORE_ROOT_CERT_FILES", root) }
         return Configuration.AppStore(

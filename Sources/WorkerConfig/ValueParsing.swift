@@ -1,11 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Timekeeping
 
 /// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.
 public enum ValueParsing {
     /// `500ms`, `2s`, `15m`, `6h`, `7d`; a bare integer means seconds.
     public static func duration(_ text: String) -> Duration? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         let digits = trimmed.prefix { $0.isASCII && $0.isNumber }
         guard !digits.isEmpty, let value = Int64(digits) else { return nil }
         switch trimmed.dropFirst(digits.count) {
@@ -20,7 +20,7 @@ public enum ValueParsing {
 
     /// A non-negative decimal integer without sign or unit.
     public static func integer(_ text: String) -> Int? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard !trimmed.isEmpty, trimmed.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         return Int(trimmed)
     }
@@ -69,15 +69,15 @@ public enum ValueParsing {
     public static func redactConninfo(_ text: String) -> String {
         var result = text
         // URI form: scheme://user:password@host
-        if let range = result.range(of: #"://[^/@:]*:[^/@]*@"#, options: .regularExpression) {
-            let userInfo = result[range]
+        // Swift Regex (the standard library's string processing): no Foundation's NSRegularExpression in the daemon.
+        if let match = result.firstMatch(of: try! Regex(#"://[^/@:]*:[^/@]*@"#)) {
+            let userInfo = result[match.range]
             if let colon = userInfo.dropFirst(3).firstIndex(of: ":") {
                 result.replaceSubrange(colon..<userInfo.index(before: userInfo.endIndex), with: ":***")
             }
         }
         // key=value form and URI query parameters.
-        result = result.replacingOccurrences(of: #"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#, with: "password=***",
-                                             options: .regularExpression)
+        result = result.replacing(try! Regex(#"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#), with: "password=***")
         return result
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import WorkerApp
 
 let status = await WorkerApp.main(arguments: CommandLine.arguments, environment: ProcessInfo.processInfo.environment)

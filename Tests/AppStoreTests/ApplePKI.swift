@@ -118,3 +118,13 @@ extension ApplePKI {
         return try JWT.sign(header: ["alg": "ES256", "x5c": chain ?? trustedChain], claims: payload, key: try PrivateKey(pem: keyPEM ?? leafKeyPEM))
     }
 }
+
+extension JWT {
+    /// The tests' JWTs carry free-form JSON (whole App Store payloads, certificate chains): written by Foundation's
+    /// serialiser here, signed by the daemon's own code.
+    static func sign(header: [String: Any], claims: [String: Any], key: PrivateKey) throws -> String {
+        let options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
+        return try sign(headerJSON: JSONSerialization.data(withJSONObject: header, options: options),
+                        claimsJSON: JSONSerialization.data(withJSONObject: claims, options: options), key: key)
+    }
+}

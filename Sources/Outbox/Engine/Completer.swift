@@ -1,5 +1,5 @@
 import FCM
-import Foundation
+import FoundationEssentials
 import Lifecycle
 import Logging
 import Postgres

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// Extends the leases of events and deliveries still held, every sixth of the lease: queued, in flight,

@@ -19,6 +19,85 @@ public enum JSONValue: Sendable, Equatable {
         }
     }
 
+    /// Parses JSON bytes (a response body, a file).
+    public static func parse(bytes: some Collection<UInt8>) -> JSONValue? {
+        parse(String(decoding: bytes, as: UTF8.self))
+    }
+
+    /// The member `key` of an object; nil for a missing member or when this is not an object.
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let members) = self { members[key] } else { nil }
+    }
+
+    public var stringValue: String? { if case .string(let value) = self { value } else { nil } }
+    public var boolValue: Bool? { if case .bool(let value) = self { value } else { nil } }
+    public var numberValue: Double? { if case .number(let value) = self { value } else { nil } }
+    /// A number that is a whole number (an error code, a count); nil otherwise.
+    public var intValue: Int? {
+        guard case .number(let value) = self, value.rounded() == value, abs(value) < 9.0e15 else { return nil }
+        return Int(value)
+    }
+    public var arrayValue: [JSONValue]? { if case .array(let value) = self { value } else { nil } }
+    public var objectValue: [String: JSONValue]? { if case .object(let value) = self { value } else { nil } }
+
+    /// JSON text: object members in sorted key order, `/` unescaped, whole numbers without a fraction.
+    public var serialized: String {
+        var out = ""
+        write(to: &out)
+        return out
+    }
+
+    private func write(to out: inout String) {
+        switch self {
+        case .null: out += "null"
+        case .bool(let value): out += value ? "true" : "false"
+        case .number(let value):
+            if value.rounded() == value && abs(value) < 9.0e15 { out += String(Int64(value)) } else { out += "\(value)" }
+        case .string(let value): Self.writeString(value, to: &out)
+        case .array(let values):
+            out += "["
+            for (index, value) in values.enumerated() {
+                if index > 0 { out += "," }
+                value.write(to: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            for (index, key) in members.keys.sorted().enumerated() {
+                if index > 0 { out += "," }
+                Self.writeString(key, to: &out)
+                out += ":"
+                members[key]!.write(to: &out)
+            }
+            out += "}"
+        }
+    }
+
+    /// A JSON string literal for `text` (quotes, backslashes and control characters escaped).
+    public static func quoted(_ text: String) -> String {
+        var out = ""
+        writeString(text, to: &out)
+        return out
+    }
+
+    private static func writeString(_ text: String, to out: inout String) {
+        out += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case let control where control.value < 0x20:
+                let hex = String(control.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+
     /// The JSON type's name, for error messages.
     public var typeName: String {
         switch self {

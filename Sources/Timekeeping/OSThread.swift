@@ -1,0 +1,45 @@
+import Glibc
+
+/// A detached, named operating-system thread running one closure: for the loops that must own a thread because
+/// they block in C (libcurl's `curl_multi_poll`, libpq's socket wait). What Foundation's `Thread` did here, without
+/// linking Foundation (and its ICU data) into the daemon.
+public enum OSThread {
+    /// Starts `body` on a new thread named `name` (the kernel keeps 15 bytes of it, as `top -H` shows).
+    public static func start(name: String, _ body: @escaping @Sendable () -> Void) {
+        let start = Unmanaged.passRetained(ThreadStart(name: name, body: body)).toOpaque()
+        var thread = pthread_t()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let status = pthread_create(&thread, &attributes, runThreadStart, start)
+        pthread_attr_destroy(&attributes)
+        precondition(status == 0, "pthread_create failed (\(status)): the process is out of threads or memory")
+    }
+}
+
+/// What a new thread runs; owned by the thread from its first instruction.
+private final class ThreadStart: Sendable {
+    let name: String
+    let body: @Sendable () -> Void
+
+    init(name: String, body: @escaping @Sendable () -> Void) {
+        self.name = name
+        self.body = body
+    }
+
+    func run() {
+        // `pthread_setname_np` is not visible to Swift here (a _GNU_SOURCE declaration); the kernel's own file is.
+        let fd = open("/proc/thread-self/comm", O_WRONLY)
+        if fd >= 0 {
+            var bytes = Array(name.utf8.prefix(15))
+            _ = write(fd, &bytes, bytes.count)
+            close(fd)
+        }
+        body()
+    }
+}
+
+private func runThreadStart(_ raw: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    Unmanaged<ThreadStart>.fromOpaque(raw!).takeRetainedValue().run()
+    return nil
+}
