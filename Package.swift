@@ -52,6 +52,7 @@ let package = Package(
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
+        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["WorkerConfig", "WorkerApp", "TestSupport"]),
         .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),

@@ -281,6 +281,9 @@ private struct JSONParser {
             guard digits() > 0 else { return nil }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        return Double(text).map(JSONValue.number)
+        // A number beyond Double's range (1e400) would be infinity, which no JSON can hold: refused (scripts/fuzz
+        // found it when the writer wrote `inf`).
+        guard let value = Double(text), value.isFinite else { return nil }
+        return .number(value)
     }
 }
