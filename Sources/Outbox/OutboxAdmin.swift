@@ -10,13 +10,13 @@ public struct OutboxAdmin: Sendable {
     /// A snapshot of the queue for `medication-worker status` and the metrics gauges.
     public struct Status: Sendable {
         /// Outbox rows by status (every status present, zero when none).
-        public var events: [String: Int]
+        public var events: [OutboxStatus: Int]
         /// Age of the oldest PENDING event, nil when none.
         public var oldestPendingSeconds: Double?
         /// PENDING events due now (not waiting for a retry).
         public var duePending: Int
         /// Deliveries created in the last hour, by status.
-        public var recentDeliveries: [String: Int]
+        public var recentDeliveries: [DeliveryStatus: Int]
         /// Table sizes in bytes (heap + indexes + TOAST).
         public var outboxBytes: Int
         public var deliveryBytes: Int
@@ -50,11 +50,11 @@ public struct OutboxAdmin: Sendable {
     /// Reads the queue's state (a few aggregate queries; cheap with the partial index).
     public func status(includeSizes: Bool = true) async throws -> Status {
         try await client.withConnection { connection in
-            var events: [String: Int] = [:]
-            for row in try connection.query(Self.eventCountsSQL) { events[try row["status"].string()] = try row["n"].int() }
+            var events: [OutboxStatus: Int] = [:]
+            for row in try connection.query(Self.eventCountsSQL) { events[try row["status"].decode(OutboxStatus.self)] = try row["n"].int() }
             let pending = try connection.query(Self.pendingSQL)[0]
-            var recent: [String: Int] = ["PENDING": 0, "SENT": 0, "FAILED": 0]
-            for row in try connection.query(Self.recentDeliveriesSQL) { recent[try row["status"].string()] = try row["n"].int() }
+            var recent: [DeliveryStatus: Int] = [.pending: 0, .sent: 0, .failed: 0]
+            for row in try connection.query(Self.recentDeliveriesSQL) { recent[try row["status"].decode(DeliveryStatus.self)] = try row["n"].int() }
             var status = Status(events: events, oldestPendingSeconds: pending["oldest"].isNull ? nil : try pending["oldest"].double(),
                                 duePending: try pending["due"].int(), recentDeliveries: recent,
                                 outboxBytes: 0, deliveryBytes: 0, oldestFinishedSeconds: nil)

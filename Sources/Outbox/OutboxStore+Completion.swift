@@ -70,7 +70,7 @@ extension OutboxStore {
     /// What a completion wrote.
     struct CompletionSummary: Sendable {
         /// Event id → status written (events whose lease was lost are absent).
-        var eventStatuses: [Int64: String] = [:]
+        var eventStatuses: [Int64: OutboxStatus] = [:]
         /// Devices actually disabled.
         var disabledDevices: [String] = []
     }
@@ -126,8 +126,9 @@ extension OutboxStore {
             for (statement, rows) in zip(statements, results) {
                 switch statement.role {
                 case .disableDevices: summary.disabledDevices = try rows.map { try $0[0].string() }
-                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.rawValue }
-                case .complete: for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].string() }
+                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.status }
+                case .complete:
+                    for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].decode(OutboxStatus.self) }
                 case .release: break
                 }
             }
@@ -141,11 +142,11 @@ extension OutboxStore {
         for result in completion.deliveries {
             let kind: String, detail: String
             switch result.outcome {
-            case .sent(let name): (kind, detail) = ("SENT", name)
-            case .permanentFailure(let reason): (kind, detail) = ("FAILED", reason)
-            case .retry(let reason, _, _): (kind, detail) = ("RETRY", reason)
+            case .sent(let name): (kind, detail) = (DeliveryOutcomeKind.sent.rawValue, name)
+            case .permanentFailure(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
+            case .retry(let reason, _, _): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
             case .tokenInvalid(let reason):
-                (kind, detail) = ("FAILED", reason)
+                (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
                 disable.0.append(result.deviceId); disable.1.append(result.claimedAt)
             case .notSent:
                 continue  // the completer releases these instead

@@ -12,7 +12,7 @@ struct PipelineMetrics: Sendable {
     let registry: MetricsRegistry
     private let deliveries: [Counter]
     /// `push_outbox_processed_total` by the statuses a settlement writes, looked up once.
-    private let processed: [String: Counter]
+    private let processed: [OutboxStatus: Counter]
     /// `push_outcomes_unwritten`: answered sends whose outcome is not yet written (at most `MAX_IN_FLIGHT`).
     let unwritten: Gauge
     /// `push_completer_flush_seconds`: one completer transaction, from its start to its commit.
@@ -28,8 +28,8 @@ struct PipelineMetrics: Sendable {
             registry.counter("push_deliveries_total", help: "Push send attempts by result (sent, failed, token_invalid, retry).",
                              labels: ["result": result.rawValue])
         }
-        var processed: [String: Counter] = [:]
-        for status in ["PENDING", "DONE", "DEAD", "EXPIRED"] { processed[status] = Self.processedCounter(registry, status) }
+        var processed: [OutboxStatus: Counter] = [:]
+        for status in OutboxStatus.allCases { processed[status] = Self.processedCounter(registry, status) }
         self.processed = processed
         unwritten = registry.gauge("push_outcomes_unwritten",
                                    help: "Sends FCM answered whose outcome is not yet written to the database (bounded by MAX_IN_FLIGHT).")
@@ -46,9 +46,9 @@ struct PipelineMetrics: Sendable {
     /// A delivery FCM accepted, `seconds` after its dose was recorded.
     func waited(seconds: Double) { latency.observe(max(0, seconds)) }
 
-    private static func processedCounter(_ registry: MetricsRegistry, _ status: String) -> Counter {
+    private static func processedCounter(_ registry: MetricsRegistry, _ status: OutboxStatus) -> Counter {
         registry.counter("push_outbox_processed_total", help: "Outbox events that reached a state after processing, by status.",
-                         labels: ["status": status])
+                         labels: ["status": status.rawValue])
     }
 
     func delivered(_ result: DeliveryResultLabel) {
@@ -60,7 +60,7 @@ struct PipelineMetrics: Sendable {
                          labels: ["reason": reason]).increment()
     }
 
-    func eventFinished(_ status: String) {
+    func eventFinished(_ status: OutboxStatus) {
         (processed[status] ?? Self.processedCounter(registry, status)).increment()
     }
 }

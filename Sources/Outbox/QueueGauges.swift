@@ -16,12 +16,12 @@ public final class QueueGauges: Sendable {
     /// A queue snapshot.
     public struct Snapshot: Sendable, Equatable {
         /// Outbox rows by status (DONE estimated).
-        public var events: [String: Int]
+        public var events: [OutboxStatus: Int]
         /// Age of the oldest PENDING event in seconds, 0 when none.
         public var oldestPendingSeconds: Double
     }
 
-    static let statuses = ["PENDING", "DONE", "DEAD", "EXPIRED"]
+    static let statuses = OutboxStatus.allCases
 
     static let countSQL = """
         SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
@@ -34,16 +34,16 @@ public final class QueueGauges: Sendable {
 
     let client: PostgresClient
     let lease: SingletonLease
-    let events: [String: Gauge]
+    let events: [OutboxStatus: Gauge]
     let oldestPending: Gauge
 
     public init(client: PostgresClient, metrics: MetricsRegistry, interval: Duration = .seconds(5)) {
         self.client = client
         lease = SingletonLease(name: "status", duration: interval * 3)
-        var events: [String: Gauge] = [:]
+        var events: [OutboxStatus: Gauge] = [:]
         for status in Self.statuses {
             events[status] = metrics.gauge("push_outbox_events", help: "Outbox events by status (DONE estimated from statistics).",
-                                           labels: ["status": status])
+                                           labels: ["status": status.rawValue])
         }
         self.events = events
         oldestPending = metrics.gauge("push_outbox_oldest_pending_seconds",
@@ -79,13 +79,13 @@ public final class QueueGauges: Sendable {
         let row = try connection.query(countSQL)[0]
         let expired = try row["expired"].int()
         let finished = try row["finished"].optionalInt() ?? 0
-        return Snapshot(events: ["PENDING": try row["pending"].int(), "DEAD": try row["dead"].int(), "EXPIRED": expired,
-                                 "DONE": max(0, finished - expired)],
+        return Snapshot(events: [.pending: try row["pending"].int(), .dead: try row["dead"].int(), .expired: expired,
+                                 .done: max(0, finished - expired)],
                         oldestPendingSeconds: try row["oldest"].double())
     }
 
     static func encode(_ snapshot: Snapshot) -> String {
-        (statuses.map { "\($0)=\(snapshot.events[$0] ?? 0)" } + ["oldest=\(snapshot.oldestPendingSeconds)"]).joined(separator: " ")
+        (statuses.map { "\($0.rawValue)=\(snapshot.events[$0] ?? 0)" } + ["oldest=\(snapshot.oldestPendingSeconds)"]).joined(separator: " ")
     }
 
     static func decode(_ text: String) -> Snapshot? {
@@ -96,7 +96,8 @@ public final class QueueGauges: Sendable {
             if parts[0] == "oldest" {
                 snapshot.oldestPendingSeconds = Double(parts[1]) ?? 0
             } else {
-                snapshot.events[String(parts[0])] = Int(parts[1]) ?? 0
+                guard let status = OutboxStatus(rawValue: String(parts[0])) else { return nil }
+                snapshot.events[status] = Int(parts[1]) ?? 0
             }
         }
         return snapshot

@@ -88,6 +88,13 @@ public struct PostgresCell: Sendable {
         return date
     }
 
+    /// A text value that names one case of `type` (a status column): decoded once, where the row is read. A value the
+    /// type does not know is an error naming the column (it would mean a schema this build does not understand).
+    public func decode<T: RawRepresentable>(_ type: T.Type) throws(PostgresError) -> T where T.RawValue == String {
+        guard let text, let value = T(rawValue: text) else { throw decodeError("\(T.self)", text ?? "NULL") }
+        return value
+    }
+
     /// Optional variants: nil for NULL, throw for a value of the wrong shape.
     public func optionalString() -> String? { text }
     public func optionalInt() throws(PostgresError) -> Int? { text == nil ? nil : try int() }

@@ -68,11 +68,11 @@ enum Commands {
         }
         let events = status.events
         return """
-            outbox events:   pending \(events["PENDING"] ?? 0) (due now \(status.duePending)), done \(events["DONE"] ?? 0), \
-            dead \(events["DEAD"] ?? 0), expired \(events["EXPIRED"] ?? 0)
+            outbox events:   pending \(events[.pending] ?? 0) (due now \(status.duePending)), done \(events[.done] ?? 0), \
+            dead \(events[.dead] ?? 0), expired \(events[.expired] ?? 0)
             oldest pending:  \(age(status.oldestPendingSeconds))
-            deliveries (1h): sent \(status.recentDeliveries["SENT"] ?? 0), failed \(status.recentDeliveries["FAILED"] ?? 0), \
-            pending \(status.recentDeliveries["PENDING"] ?? 0)
+            deliveries (1h): sent \(status.recentDeliveries[.sent] ?? 0), failed \(status.recentDeliveries[.failed] ?? 0), \
+            pending \(status.recentDeliveries[.pending] ?? 0)
             table sizes:     "PushOutbox" \(size(status.outboxBytes)), "PushDelivery" \(size(status.deliveryBytes))
             oldest finished: \(age(status.oldestFinishedSeconds)) (pruned after OUTBOX_RETENTION)
             """

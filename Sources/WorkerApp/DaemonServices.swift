@@ -100,7 +100,7 @@ struct StatusRefresher: Service {
                 parts.setCheck(.database, .ok)
                 failures = 0
                 let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
-                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events["PENDING"] ?? 0), dead \(status.events["DEAD"] ?? 0)")
+                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events[.pending] ?? 0), dead \(status.events[.dead] ?? 0)")
             } catch {
                 failures += 1
                 parts.setCheck(.database, .down("\(error)"))

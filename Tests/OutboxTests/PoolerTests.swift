@@ -58,9 +58,9 @@ struct PoolerTests {
             let gaugesB = QueueGauges(client: PostgresClient(conninfo: pooled, maxConnections: 1, settings: Self.settings), metrics: MetricsRegistry())
             let computed = try await gaugesA.refresh()
             let published = try await gaugesB.refresh()  // reads what A computed
-            #expect(computed.events["PENDING"] == 0 && computed == published)
+            #expect(computed.events[.pending] == 0 && computed == published)
             await gaugesA.release()
-            #expect(try await gaugesB.refresh().events["PENDING"] == 0)
+            #expect(try await gaugesB.refresh().events[.pending] == 0)
 
             // Nothing is left on PgBouncer's server connections: no advisory lock, no session setting.
             #expect(try db.connection.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)

@@ -86,10 +86,10 @@ struct RetentionTests {
             let plan = try db.connection.query("EXPLAIN " + QueueGauges.countSQL).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             #expect(!plan.contains("Seq Scan"), "\(plan)")
             let snapshot = try QueueGauges.compute(db.connection)
-            #expect(snapshot.events["PENDING"] == 30)
-            #expect(snapshot.events["EXPIRED"] == 1000)
-            #expect(snapshot.events["DEAD"] == 1002)  // multiples of 997 up to 1,000,000 that are not multiples of 1000
-            let done = snapshot.events["DONE"] ?? 0
+            #expect(snapshot.events[.pending] == 30)
+            #expect(snapshot.events[.expired] == 1000)
+            #expect(snapshot.events[.dead] == 1002)  // multiples of 997 up to 1,000,000 that are not multiples of 1000
+            let done = snapshot.events[.done] ?? 0
             #expect(done > 950_000 && done < 1_050_000, "DONE estimate \(done)")
             let full = try timed { _ = try QueueGauges.compute(db.connection) }
             let exact = try timed { _ = try db.connection.query(OutboxAdmin.eventCountsSQL) }

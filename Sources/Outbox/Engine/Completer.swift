@@ -270,7 +270,7 @@ final class Completer: Sendable {
         }
         for (id, status) in summary.eventStatuses {
             metrics.eventFinished(status)
-            if status == "DEAD" { logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"]) }
+            if status == .dead { logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"]) }
         }
         if !summary.eventStatuses.isEmpty { onSettled() }
     }

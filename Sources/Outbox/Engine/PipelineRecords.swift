@@ -44,12 +44,38 @@ public struct ClaimedDelivery: Sendable {
     public var lease: LeaseToken
 }
 
+/// An outbox event's `status` (SPEC §2.2); the raw values are the column's.
+public enum OutboxStatus: String, Sendable, CaseIterable {
+    case pending = "PENDING"
+    case done = "DONE"
+    /// Bad input or attempts exhausted: kept for inspection, redrivable.
+    case dead = "DEAD"
+    /// Older than EVENT_MAX_AGE when claimed.
+    case expired = "EXPIRED"
+}
+
+/// A delivery's `status`; the raw values are the column's.
+public enum DeliveryStatus: String, Sendable, CaseIterable {
+    case pending = "PENDING"
+    case sent = "SENT"
+    case failed = "FAILED"
+}
+
+/// What a completer flush writes for one delivery: a final status, or RETRY (the row stays PENDING).
+enum DeliveryOutcomeKind: String {
+    case sent = "SENT"
+    case failed = "FAILED"
+    case retry = "RETRY"
+}
+
 /// The final state of an event decided without sending.
 public enum FinalStatus: String, Sendable {
     /// Bad input: kept for inspection, redrivable.
     case dead = "DEAD"
     /// Older than EVENT_MAX_AGE when claimed.
     case expired = "EXPIRED"
+
+    public var status: OutboxStatus { self == .dead ? .dead : .expired }
 }
 
 /// An event finished without sending (bad input, too old).
