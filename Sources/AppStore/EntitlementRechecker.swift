@@ -240,24 +240,26 @@ public final class EntitlementRechecker: Service {
     }
 
     private func apply(_ verified: VerifiedTransaction, to row: EntitlementStore.Claimed, metadata: LogMetadata) async throws -> Outcome {
-        if let revocation = verified.revocationDate {
-            try await store.record(.revoke(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
-                                   interval: configuration.recheckInterval)
-            count("revoked")
-            guard row.status == "ACTIVE" else { return .unchanged }
+        let action = EntitlementDecision.decide(row.state, .lookup(revocation: verified.revocationDate, reason: verified.revocationReason))
+        if let write = action.write { try await store.record(write, id: row.id, interval: configuration.recheckInterval) }
+        // The check's label says what Apple reported (a revocation re-recorded on a revoked row counts as `revoked`).
+        switch action.write {
+        case .revoke?: count("revoked")
+        case .restore?: count("restored")
+        case .stillActive?: count("active")
+        case .revokeLater?, nil: count("unchanged")
+        }
+        switch action.verdict {
+        case .revoked:
             revokedTotal.increment()
             logger.notice("entitlement revoked (verified refund or revocation)",
                           metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
             return .revoked
-        } else if row.status == "REVOKED" {
-            try await store.record(.restore(), id: row.id, interval: configuration.recheckInterval)
-            count("restored")
+        case .restored:
             restoredTotal.increment()
             logger.notice("entitlement restored (Apple no longer reports a revocation)", metadata: metadata)
             return .restored
-        } else {
-            try await store.record(.stillActive, id: row.id, interval: configuration.recheckInterval)
-            count("active")
+        case .active, .unchanged, .notRevoked, .stillRevoked:
             return .unchanged
         }
     }

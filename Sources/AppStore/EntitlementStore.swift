@@ -12,14 +12,22 @@ struct EntitlementStore: Sendable {
         var originalTransactionId: String
         var transactionId: String
         var environment: String
-        var status: String
+        /// `status` and `"revokedAt"`, decoded once.
+        var state: EntitlementDecision.State
         var previousDue: Date?
-        /// When the refund this worker recorded took effect (REVOKED rows this worker revoked).
-        var revokedAt: Date? = nil
+    }
+
+    /// The row's state from its `status` and `"revokedAt"` cells; a status outside the contract is an error naming it.
+    static func state(_ row: PostgresRow) throws -> EntitlementDecision.State {
+        let status = try row["status"].string()
+        guard let state = EntitlementDecision.State(status: status, revokedAt: try row["revokedAt"].optionalDate()) else {
+            throw PostgresError(.decodingFailed, message: "column status is not a valid entitlement status")
+        }
+        return state
     }
 
     /// What a verified answer does to a row.
-    enum Verdict: Sendable {
+    enum Verdict: Sendable, Equatable {
         case revoke(Date, reason: String?)
         /// A later refund of a row already revoked: only its date moves forward.
         case revokeLater(Date, reason: String?)
@@ -47,7 +55,8 @@ struct EntitlementStore: Sendable {
         )
         UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = now() + make_interval(secs => $3::double precision)
         FROM picked WHERE e.id = picked.id
-        RETURNING e.id, e."productId", e."originalTransactionId", e."transactionId", e.environment, e.status, picked.previous
+        RETURNING e.id, e."productId", e."originalTransactionId", e."transactionId", e.environment, e.status, e."revokedAt",
+                  picked.previous
         """
 
     func claim(environment: String, limit: Int, lease: Duration) async throws -> [Claimed] {
@@ -58,7 +67,7 @@ struct EntitlementStore: Sendable {
             claimed.append(Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
                                    originalTransactionId: try row["originalTransactionId"].string(),
                                    transactionId: try row["transactionId"].string(), environment: try row["environment"].string(),
-                                   status: try row["status"].string(), previousDue: try row["previous"].optionalDate()))
+                                   state: try Self.state(row), previousDue: try row["previous"].optionalDate()))
         }
         // RETURNING does not keep the CTE's order.
         return claimed.sorted { ($0.previousDue ?? .distantPast, $0.id) < ($1.previousDue ?? .distantPast, $1.id) }
@@ -150,18 +159,14 @@ struct EntitlementStore: Sendable {
     /// The row a notification is about, by Apple's original transaction id.
     func row(originalTransactionId: String) async throws -> Claimed? {
         let rows = try await database.query("""
-            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt" IS NOT NULL AS ours, "revokedAt"
+            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt"
             FROM "CaregiverEntitlement" WHERE "originalTransactionId" = $1
             """, [.text(originalTransactionId)])
         guard let row = rows.first else { return nil }
-        let status = try row["status"].string()
-        let ours = try row["ours"].bool()
-        // A REVOKED row without "revokedAt" belongs to someone else: report it as such so nothing touches it.
+        // A REVOKED row without "revokedAt" belongs to someone else: its state says so, and nothing touches it.
         return Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
                        originalTransactionId: try row["originalTransactionId"].string(), transactionId: try row["transactionId"].string(),
-                       environment: try row["environment"].string(),
-                       status: status == "REVOKED" && !ours ? "REVOKED_ELSEWHERE" : status, previousDue: nil,
-                       revokedAt: ours ? try row["revokedAt"].date() : nil)
+                       environment: try row["environment"].string(), state: try Self.state(row), previousDue: nil)
     }
 
     /// Where a notification query resumes: its window and, mid-way, the next page's token.

@@ -176,7 +176,8 @@ public final class NotificationHistoryPoller: Service {
         }
         guard let row = try await store.row(originalTransactionId: original) else { return "no_entitlement" }
         let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": environment, "appstore.notification_type": type]
-        guard row.status != "REVOKED_ELSEWHERE" else { return "unchanged" }
+        // Someone else's revocation: decided before the transaction is even verified (nothing will be written).
+        guard row.state != .revokedElsewhere else { return EntitlementDecision.Verdict.unchanged.rawValue }
         let verified: VerifiedTransaction
         do {
             verified = try verifier.verify(notification.signedTransactionInfo, expecting: .init(
@@ -186,35 +187,22 @@ public final class NotificationHistoryPoller: Service {
             logger.warning("notification's transaction refused; entitlement unchanged", metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
             return error.rawValue
         }
-        switch (type, verified.revocationDate) {
-        case ("REFUND", let revocation?):
-            guard row.status == "ACTIVE" else {
-                // Refunded again after a reversal (REFUND, REFUND_REVERSED, REFUND): the later refund's date is kept, so the
-                // reversal in between, whichever order the two queries return them in, cannot restore the row.
-                if let recorded = row.revokedAt, revocation > recorded {
-                    try await store.record(.revokeLater(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
-                                           interval: configuration.recheckInterval)
-                }
-                return "unchanged"
-            }
-            try await store.record(.revoke(revocation, reason: verified.revocationReason.map(String.init)), id: row.id,
-                                   interval: configuration.recheckInterval)
+        let evidence: EntitlementDecision.Evidence = type == "REFUND"
+            ? .refund(revocation: verified.revocationDate, reason: verified.revocationReason)
+            : .reversal(signedAt: notification.signedDate, revocation: verified.revocationDate)
+        let action = EntitlementDecision.decide(row.state, evidence)
+        if let write = action.write { try await store.record(write, id: row.id, interval: configuration.recheckInterval) }
+        switch action.verdict {
+        case .revoked:
             revokedTotal.increment()
             logger.notice("entitlement revoked (verified REFUND notification)",
                           metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
-            return "revoked"
-        case ("REFUND", nil):
-            // Apple's own transaction says it stands: never revoke on the notification's word alone.
-            return "not_revoked"
-        case (_, nil):
-            // A reversal restores only the refund it came after: one recorded later than it stands.
-            guard row.status == "REVOKED", let recorded = row.revokedAt, recorded < notification.signedDate else { return "unchanged" }
-            try await store.record(.restore(reversedAt: notification.signedDate), id: row.id, interval: configuration.recheckInterval)
+        case .restored:
             restoredTotal.increment()
             logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)
-            return "restored"
-        case (_, .some):
-            return "still_revoked"
+        case .active, .unchanged, .notRevoked, .stillRevoked:
+            break
         }
+        return action.verdict.rawValue
     }
 }
