@@ -167,16 +167,7 @@ public enum FCMResponseClassifier {
     public static func parseRetryAfter(_ value: String, now: Date) -> Duration? {
         let trimmed = value.trimmingWhitespace()
         if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
-        let parts = trimmed.split(separator: " ")
-        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        guard parts.count == 6, parts[0].hasSuffix(","), parts[5] == "GMT",
-              let day = Int(parts[1]), let monthIndex = months.firstIndex(of: String(parts[2])), let year = Int(parts[3]),
-              (1...31).contains(day), (1970...9999).contains(year) else { return nil }
-        let clock = parts[4].split(separator: ":")
-        guard clock.count == 3, let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
-              (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
-        let days = CivilDate.daysSinceEpoch(year: year, month: monthIndex + 1, day: day)
-        let date = Date(timeIntervalSince1970: TimeInterval(days * 86_400 + hour * 3600 + minute * 60 + second))
+        guard let date = TimestampReader.httpDate(trimmed) else { return nil }
         return .milliseconds(Int64(max(0, date.timeIntervalSince(now)) * 1000))
     }
 }

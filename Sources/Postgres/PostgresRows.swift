@@ -84,7 +84,7 @@ public struct PostgresCell: Sendable {
 
     /// A `timestamptz` in ISO DateStyle (`2026-02-11 08:03:27.123456+00`, any offset).
     public func date() throws(PostgresError) -> Date {
-        guard let text, let date = PostgresCell.parseTimestamp(text) else { throw decodeError("timestamp", text ?? "NULL") }
+        guard let text, let date = TimestampReader.postgres(text) else { throw decodeError("timestamp", text ?? "NULL") }
         return date
     }
 
@@ -103,43 +103,5 @@ public struct PostgresCell: Sendable {
     private func decodeError(_ type: String, _ found: String) -> PostgresError {
         // The value is not echoed: it may be a token or a name.
         PostgresError(.decodingFailed, message: "column \(column) is not a valid \(type)\(found == "NULL" ? " (NULL)" : "")")
-    }
-
-    /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`.
-    static func parseTimestamp(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
-        guard bytes.count >= 22 else { return nil }
-        func number(_ from: Int, _ length: Int) -> Int? {
-            guard from + length <= bytes.count else { return nil }
-            var value = 0
-            for byte in bytes[from..<(from + length)] {
-                guard byte >= 48, byte <= 57 else { return nil }
-                value = value * 10 + Int(byte - 48)
-            }
-            return value
-        }
-        guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
-              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2) else { return nil }
-        var index = 19
-        var fraction = 0.0
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
-            index += 1
-            var scale = 0.1
-            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-                fraction += Double(bytes[index] - 48) * scale
-                scale /= 10
-                index += 1
-            }
-        }
-        guard index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") else { return nil }
-        let sign = bytes[index] == UInt8(ascii: "+") ? 1 : -1
-        guard let offsetHours = number(index + 1, 2) else { return nil }
-        var offset = offsetHours * 3600
-        if index + 3 < bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let minutes = number(index + 4, 2) {
-            offset += minutes * 60
-        }
-        let days = CivilDate.daysSinceEpoch(year: year, month: month, day: day)
-        let epoch = Double(days * 86_400 + hour * 3600 + minute * 60 + second - sign * offset) + fraction
-        return Date(timeIntervalSince1970: epoch)
     }
 }
