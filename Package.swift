@@ -20,7 +20,7 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // Wrapper modules: the only importers of their C library; they own the handles.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "Lifecycle", "Timekeeping"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "Timekeeping"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Timekeeping"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
@@ -35,9 +35,9 @@ let package = Package(
         .target(name: "Metrics"),
         .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping"]),
         .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Logging", "Metrics", "Timekeeping"]),
-        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Schema", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Outbox", dependencies: ["Postgres", "Schema", "FCM", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Logging", "Lifecycle", "CMalloc"]),
+        .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Outbox", dependencies: ["Postgres", "FCM", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
             "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping",

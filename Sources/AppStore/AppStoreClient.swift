@@ -164,14 +164,11 @@ public struct AppStoreClient: Sendable {
                                      "notificationType": .string(type)])
         let response: HTTPResponse
         do {
-            let json = Array(body.serialized.utf8)
             response = try await http.execute(HTTPRequest(method: .post, url: url,
                                                           headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
-                                                          body: Array(json), timeout: .seconds(30)))
-        } catch let error as HTTPError {
-            return .transportError(error.description)
+                                                          body: Array(body.serialized.utf8), timeout: .seconds(30)))
         } catch {
-            return .transportError("\(error)")
+            return .transportError(error.description)
         }
         let object = JSONValue.parse(bytes: response.body)
         switch response.status {

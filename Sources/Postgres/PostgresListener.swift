@@ -1,6 +1,5 @@
 import Dispatch
 import FoundationEssentials
-import Lifecycle
 import Synchronization
 import Timekeeping
 
@@ -8,7 +7,7 @@ import Timekeeping
 /// for each batch of notifications. The connection is health-checked while idle and
 /// re-established after a drop; `onWake` is also called after every (re)connect, since
 /// notifications sent while it was down are lost.
-public final class PostgresListener: Service {
+public final class PostgresListener: Sendable {
     private let conninfo: String
     private let channel: String
     private let healthCheckInterval: Duration
@@ -17,6 +16,8 @@ public final class PostgresListener: Service {
     /// Whether `stop()` was called, and whether the thread was started.
     private let state = Mutex<(stopped: Bool, started: Bool)>((false, false))
     private let finished = DispatchSemaphore(value: 0)
+    /// Signalled by `stop()`: ends a reconnect backoff at once instead of at its next check.
+    private let stopping = DispatchSemaphore(value: 0)
 
     /// Prepares a listener; call `start()` to begin.
     public init(conninfo: String, channel: String, healthCheckInterval: Duration = .seconds(15),
@@ -26,13 +27,6 @@ public final class PostgresListener: Service {
         self.healthCheckInterval = healthCheckInterval
         self.onWake = onWake
         self.onError = onError
-    }
-
-    /// Listens from start to `stop`; the thread has closed its connection when this returns.
-    public func run(until stop: StopSignal) async {
-        start()
-        await stop.wait()
-        self.stop()
     }
 
     /// Starts the listening thread.
@@ -47,7 +41,10 @@ public final class PostgresListener: Service {
             defer { state.stopped = true }
             return !state.stopped && state.started
         }
-        if running { finished.wait() }
+        if running {
+            stopping.signal()
+            finished.wait()
+        }
     }
 
     private var isStopped: Bool { state.withLock { $0.stopped } }
@@ -81,12 +78,8 @@ public final class PostgresListener: Service {
             } catch {
                 onError(error)
                 failures += 1
-                let delay = Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1).asSeconds
-                var waited = 0.0
-                while waited < delay, !isStopped {
-                    sleepThread(for: .milliseconds(50))
-                    waited += 0.05
-                }
+                let delay = Self.reconnectBackoff.delay(afterAttempt: failures, jitter: 1)
+                _ = stopping.wait(timeout: .now() + .milliseconds(Int(delay.wholeMilliseconds)))
             }
         }
     }

@@ -155,19 +155,18 @@ struct Supervisor {
 
     /// The result of `body`, or nil as soon as a stop is requested (`body` then finishes unobserved).
     static func unlessStopped<T: Sendable>(_ stop: StopSignal, _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
-        let outcome = Mutex<Result<T, any Error>?>(nil)
-        let wake = WakeSignal()
+        let first = FirstAnswer<Result<T, any Error>?>()
         Task {
             let result: Result<T, any Error>
             do { result = .success(try await body()) } catch { result = .failure(error) }
-            outcome.withLock { $0 = result }
-            wake.wakeAll()
+            first.give(result)
         }
-        while !stop.isRequested {
-            if let result = outcome.withLock({ $0 }) { return try result.get() }
-            await wake.wait(after: wake.current, timeout: .milliseconds(100))
+        let watcher = Task {
+            await stop.wait()
+            first.give(nil)
         }
-        return nil
+        defer { watcher.cancel() }
+        return try await first.value()?.get()
     }
 
     /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.
@@ -194,5 +193,51 @@ struct Supervisor {
             try? await Task.sleep(for: .seconds(1))
         }
         return false
+    }
+}
+
+/// The listener as one of the daemon's services: the wrapper module knows nothing of the service lifecycle.
+extension PostgresListener: Service {
+    /// Listens from start to `stop`; the thread has closed its connection when this returns.
+    public func run(until stop: StopSignal) async {
+        start()
+        await stop.wait()
+        self.stop()
+    }
+}
+
+/// The first of several answers (the rest are dropped), awaited once: a race without polling, where the losing
+/// side cannot be cancelled (a libpq call blocked on a silent database).
+private final class FirstAnswer<Value: Sendable>: Sendable {
+    private struct State {
+        var answer: Value?
+        var answered = false
+        var waiter: CheckedContinuation<Value, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func give(_ answer: Value) {
+        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
+            guard !state.answered else { return nil }
+            state.answered = true
+            state.answer = answer
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: answer)
+    }
+
+    func value() async -> Value {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Value, Never>) in
+            let ready = state.withLock { state -> Value? in
+                guard state.answered else {
+                    state.waiter = continuation
+                    return nil
+                }
+                return state.answer
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
     }
 }

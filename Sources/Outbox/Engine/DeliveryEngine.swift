@@ -120,11 +120,10 @@ public final class DeliveryEngine: Service {
         // outcome is written before the writer returns; the heartbeat keeps their leases until then.
         dispatcher.pump()
         sender.cancelWaiting()
-        await waitForSends(book, until: { stop.deadlinePassed })
+        await book.waitUntilNoSends(deadline: stop.deadline ?? .now)
         if book.sending > 0 {
             dispatcher.abandonInFlight()
-            let grace = ContinuousClock.now + .seconds(2)
-            await waitForSends(book, until: { ContinuousClock.now >= grace })
+            await book.waitUntilNoSends(deadline: .now + .seconds(2))
         }
         dispatcher.abandonRemaining()
         completer.close()
@@ -174,12 +173,5 @@ public final class DeliveryEngine: Service {
             }
         }
         return total
-    }
-
-    /// Waits until no send is in flight, or until `until` says to give up (checked every few milliseconds).
-    private func waitForSends(_ book: EngineBook, until: () -> Bool) async {
-        while book.sending > 0 && !until() {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
     }
 }

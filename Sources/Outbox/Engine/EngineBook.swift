@@ -10,6 +10,9 @@ final class EngineBook: Sendable {
         /// Claimers waiting for room, each with the room it waits for.
         var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        /// A stop waiting for the sends in flight to be answered, by id (a deadline may take one back first).
+        var quietWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextQuietWaiter: UInt64 = 0
 
         /// Takes the waiters the last transition satisfied.
         mutating func ready() -> [CheckedContinuation<Void, Never>] {
@@ -25,6 +28,10 @@ final class EngineBook: Sendable {
             if machine.isIdle, !idleWaiters.isEmpty {
                 ready += idleWaiters
                 idleWaiters.removeAll()
+            }
+            if machine.sending == 0, !quietWaiters.isEmpty {
+                ready += quietWaiters.values
+                quietWaiters.removeAll()
             }
             return ready
         }
@@ -70,6 +77,31 @@ final class EngineBook: Sendable {
                 return false
             }
             if now { continuation.resume() }
+        }
+    }
+
+    /// Returns once no send is in flight, or at `deadline`, whichever comes first.
+    func waitUntilNoSends(deadline: ContinuousClock.Instant) async {
+        let id = state.withLock { state in
+            state.nextQuietWaiter &+= 1
+            return state.nextQuietWaiter
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let now = self.state.withLock { state -> Bool in
+                        if state.machine.sending == 0 { return true }
+                        state.quietWaiters[id] = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
+            // The deadline came first: take the waiter back and let its task end.
+            state.withLock { $0.quietWaiters.removeValue(forKey: id) }?.resume()
         }
     }
 
