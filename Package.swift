@@ -23,7 +23,7 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ", "Timekeeping"]),
         .target(name: "HTTP", dependencies: ["CCurl", "Timekeeping"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .target(name: "Crypto", dependencies: ["COpenSSL"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "Timekeeping"]),
         .target(name: "Systemd", dependencies: ["CSystemd"]),
 
         // Domain modules: plain, safe Swift.

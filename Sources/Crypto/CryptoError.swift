@@ -1,20 +1,9 @@
 import COpenSSL
+import Timekeeping
 
 /// Errors from the Crypto module. Descriptions never contain key material.
-public struct CryptoError: Error, Sendable, CustomStringConvertible {
-    /// What went wrong, coarse-grained.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private let name: String
-        private init(_ name: String) { self.name = name }
-        public var description: String { name }
-
-        public static let invalidKey = Code("invalidKey")
-        public static let invalidCertificate = Code("invalidCertificate")
-        public static let signingFailed = Code("signingFailed")
-        public static let verificationFailed = Code("verificationFailed")
-        public static let chainInvalid = Code("chainInvalid")
-        public static let malformedInput = Code("malformedInput")
-    }
+public struct CryptoError: CodedError {
+    public typealias Code = ErrorCode<CryptoError>
 
     public var code: Code
     /// Human-readable detail (OpenSSL's reason where there is one).
@@ -25,7 +14,6 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String { "\(code): \(message)" }
 
     /// Builds an error with OpenSSL's most recent queued reason appended, and clears the queue.
     static func openSSL(_ code: Code, _ what: String) -> CryptoError {
@@ -37,4 +25,14 @@ public struct CryptoError: Error, Sendable, CustomStringConvertible {
         }
         return CryptoError(code, reasons.isEmpty ? what : "\(what): \(reasons.last!)")
     }
+}
+
+/// The coarse kinds of `CryptoError`.
+extension ErrorCode where Family == CryptoError {
+    public static let invalidKey = Self("invalidKey")
+    public static let invalidCertificate = Self("invalidCertificate")
+    public static let signingFailed = Self("signingFailed")
+    public static let verificationFailed = Self("verificationFailed")
+    public static let chainInvalid = Self("chainInvalid")
+    public static let malformedInput = Self("malformedInput")
 }

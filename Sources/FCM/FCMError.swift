@@ -1,16 +1,8 @@
-/// Errors of the FCM module that are not send outcomes: credentials and token minting.
-public struct FCMError: Error, Sendable, CustomStringConvertible {
-    /// Coarse kind of failure.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private let name: String
-        private init(_ name: String) { self.name = name }
-        public var description: String { name }
+import Timekeeping
 
-        /// The service-account file is unreadable or malformed (a configuration error).
-        public static let invalidServiceAccount = Code("invalidServiceAccount")
-        /// The OAuth token endpoint refused or could not be reached.
-        public static let tokenRequestFailed = Code("tokenRequestFailed")
-    }
+/// Errors of the FCM module that are not send outcomes: credentials and token minting.
+public struct FCMError: CodedError {
+    public typealias Code = ErrorCode<FCMError>
 
     public var code: Code
     /// Names the file and field, or the endpoint and status; never a key or token.
@@ -20,6 +12,12 @@ public struct FCMError: Error, Sendable, CustomStringConvertible {
         self.code = code
         self.message = message
     }
+}
 
-    public var description: String { "\(code): \(message)" }
+/// The coarse kinds of `FCMError`.
+extension ErrorCode where Family == FCMError {
+    /// The service-account file is unreadable or malformed (a configuration error).
+    public static let invalidServiceAccount = Self("invalidServiceAccount")
+    /// The OAuth token endpoint refused or could not be reached.
+    public static let tokenRequestFailed = Self("tokenRequestFailed")
 }

@@ -1,3 +1,5 @@
+import Timekeeping
+
 /// An HTTP request method: the common ones by name, any other through a string literal (as in
 /// swift-http-types, a struct rather than a closed enum, so an extension method stays expressible).
 public struct HTTPMethod: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
@@ -106,27 +108,8 @@ public struct HTTPClientConfiguration: Sendable {
 }
 
 /// A transport failure (no HTTP status was received).
-public struct HTTPError: Error, Sendable, CustomStringConvertible {
-    /// Coarse kind of failure.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private let name: String
-        private init(_ name: String) { self.name = name }
-        public var description: String { name }
-
-        /// Certificate not trusted, hostname mismatch, handshake failure.
-        public static let tls = Code("tls")
-        /// Could not resolve or connect.
-        public static let connect = Code("connect")
-        public static let timeout = Code("timeout")
-        /// Anything else on the wire (reset, protocol error).
-        public static let transport = Code("transport")
-        /// The client was shut down.
-        public static let shutdown = Code("shutdown")
-        /// The request itself is unusable (bad URL, bad configuration).
-        public static let invalidRequest = Code("invalidRequest")
-        /// The calling task was cancelled; the request was abandoned (the server may have received it).
-        public static let cancelled = Code("cancelled")
-    }
+public struct HTTPError: CodedError {
+    public typealias Code = ErrorCode<HTTPError>
 
     public var code: Code
     /// libcurl's explanation (never includes request headers or body).
@@ -137,7 +120,6 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    public var description: String { "\(code): \(message)" }
 }
 
 /// Percent-encoding for URL path segments, query values and form fields.
@@ -159,4 +141,21 @@ public enum PercentEncoding {
         }
         return String(decoding: out, as: UTF8.self)
     }
+}
+
+/// The coarse kinds of `HTTPError`.
+extension ErrorCode where Family == HTTPError {
+    /// Certificate not trusted, hostname mismatch, handshake failure.
+    public static let tls = Self("tls")
+    /// Could not resolve or connect.
+    public static let connect = Self("connect")
+    public static let timeout = Self("timeout")
+    /// Anything else on the wire (reset, protocol error).
+    public static let transport = Self("transport")
+    /// The client was shut down.
+    public static let shutdown = Self("shutdown")
+    /// The request itself is unusable (bad URL, bad configuration).
+    public static let invalidRequest = Self("invalidRequest")
+    /// The calling task was cancelled; the request was abandoned (the server may have received it).
+    public static let cancelled = Self("cancelled")
 }
