@@ -208,7 +208,7 @@ extension PostgresListener: Service {
 
 /// The first of several answers (the rest are dropped), awaited once: a race without polling, where the losing
 /// side cannot be cancelled (a libpq call blocked on a silent database).
-private final class FirstAnswer<Value: Sendable>: Sendable {
+final class FirstAnswer<Value: Sendable>: Sendable {
     private struct State {
         var answer: Value?
         var answered = false

@@ -49,47 +49,39 @@ struct StatusRefresher: Service {
     /// The refresh, waited for while the loop stays alive: its answer is taken the moment it comes; readiness turns
     /// down once it has taken `probeTimeout`; a stop ends the wait.
     private func refresh(until stop: StopSignal) async throws -> QueueGauges.Snapshot? {
-        struct Wait: Sendable {
-            var result: Result<QueueGauges.Snapshot, any Error>?
-            var waiter: CheckedContinuation<Void, Never>?
-            mutating func wake() -> CheckedContinuation<Void, Never>? {
-                defer { waiter = nil }
-                return waiter
-            }
-        }
-        final class Shared: Sendable { let wait = Mutex(Wait()) }
-        let shared = Shared()
+        let answer = FirstAnswer<Result<QueueGauges.Snapshot, any Error>?>()  // nil: a stop came first
         let gauges = self.gauges
         let task = Task {
             let result: Result<QueueGauges.Snapshot, any Error>
             do { result = .success(try await gauges.refresh()) } catch { result = .failure(error) }
-            shared.wait.withLock { $0.result = result; return $0.wake() }?.resume()
+            answer.give(result)
         }
-        // Until the answer, the probe timeout or a stop, whichever comes first.
-        let timers = [
-            Task { try? await Task.sleep(for: Self.probeTimeout); shared.wait.withLock { $0.wake() }?.resume() },
-            Task { await stop.wait(); shared.wait.withLock { $0.wake() }?.resume() },
-        ]
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let ready = shared.wait.withLock { wait -> Bool in
-                if wait.result != nil { return true }
-                wait.waiter = continuation
-                return false
+        let stopWatch = Task {
+            await stop.wait()
+            answer.give(nil)
+        }
+        // No answer within the probe timeout: readiness turns down, and the loop keeps saying it is alive (it is the
+        // database that does not answer; a restart would not help) until the answer or a stop.
+        let parts = self.parts
+        let probe = Task {
+            try await Task.sleep(for: Self.probeTimeout)
+            guard !Task.isCancelled else { return }
+            parts.setCheck(.database, .down("no answer from the database within \(Self.probeTimeout)"))
+            parts.notify("STATUS=database not answering")
+            while true {
+                parts.liveness.beat("status")
+                try await Task.sleep(for: .seconds(1))
             }
-            if ready { continuation.resume() }
         }
-        for timer in timers { timer.cancel() }
-        if let result = shared.wait.withLock({ $0.result }) { return try result.get() }
-        if stop.isRequested { task.cancel(); return nil }
-        parts.setCheck(.database, .down("no answer from the database within \(Self.probeTimeout)"))
-        parts.notify("STATUS=database not answering")
-        while shared.wait.withLock({ $0.result }) == nil {
-            if stop.isRequested { task.cancel(); return nil }
-            // The loop is alive: it is the database that does not answer (a restart would not help).
-            parts.liveness.beat("status")
-            await stop.sleep(for: .milliseconds(100))
+        defer {
+            stopWatch.cancel()
+            probe.cancel()
         }
-        return try shared.wait.withLock { $0.result }!.get()
+        guard let result = await answer.value() else {
+            task.cancel()
+            return nil
+        }
+        return try result.get()
     }
 
     func run(until stop: StopSignal) async {
