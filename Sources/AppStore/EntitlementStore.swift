@@ -196,40 +196,10 @@ struct EntitlementStore: Sendable {
                   .optional(checkpoint.paginationToken)])
     }
 
-    /// Runs `body` only while this process holds the named lease row (SPEC §3 "Connection poolers": a lease
-    /// row, never a session lock a pooler would keep held); nil when another instance holds it. The lease
-    /// is renewed every third of its duration while `body` runs; if it cannot be renewed, `body` is cancelled.
+    /// Runs `body` only while this process holds the named lease row (`SingletonLease.whileHeld`, on the lease
+    /// connection so a busy pass never delays a renewal); nil when another instance holds it.
     func withSingletonLease<T: Sendable>(_ name: String, duration: Duration = .seconds(60),
                                          _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
-        let lease = SingletonLease(name: name, duration: duration)
-        let database = lockConnection
-        guard try await lease.acquire(on: database) else { return nil }
-        let outcome: Result<T?, any Error>
-        do {
-            outcome = .success(try await withThrowingTaskGroup(of: T?.self) { group in
-                group.addTask { try await body() }
-                group.addTask {
-                    while true {
-                        try await Task.sleep(for: duration / 3)
-                        guard try await lease.acquire(on: database) else { throw LeaseLost(name: name) }
-                    }
-                }
-                defer { group.cancelAll() }
-                while let value = try await group.next() {
-                    if let value { return value }
-                }
-                return nil
-            })
-        } catch {
-            outcome = .failure(error)
-        }
-        try? await lease.release(on: database)
-        return try outcome.get()
+        try await SingletonLease(name: name, duration: duration).whileHeld(on: lockConnection, body)
     }
-}
-
-/// The singleton lease was taken over (it expired while this instance could not renew it).
-struct LeaseLost: Error, CustomStringConvertible {
-    var name: String
-    var description: String { "lost the \(name) lease" }
 }

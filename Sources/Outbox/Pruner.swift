@@ -72,21 +72,24 @@ public final class Pruner: Service {
     public func runOnce(shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> PassSummary {
         let configuration = self.configuration
         let lease = self.lease
-        var summary = PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0)
-        guard try await lease.acquire(on: client) else { return summary }
-        summary.ranPass = true
-        // Each batch is its own short transaction; the lease is renewed before each, and a lost lease ends the pass.
-        func drain(_ sql: String, _ retention: Duration) async throws -> Int {
-            var total = 0
-            while !shouldStop(), try await lease.acquire(on: client) {
-                let deleted = try await client.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
-                total += deleted
-                if deleted < configuration.batchSize { break }
+        let client = self.client
+        // Each batch is its own short transaction; the lease is kept (renewed while the pass runs, a lost lease ends
+        // it) so the same instance prunes next time.
+        let pass = try await lease.whileHeld(on: client, releasing: false) { () async throws -> PassSummary in
+            @Sendable func drain(_ sql: String, _ retention: Duration) async throws -> Int {
+                var total = 0
+                while !shouldStop() {
+                    let deleted = try await client.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
+                    total += deleted
+                    if deleted < configuration.batchSize { break }
+                }
+                return total
             }
-            return total
+            let outbox = try await drain(Self.deleteOutboxSQL, configuration.outboxRetention)
+            let deliveries = try await drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
+            return PassSummary(ranPass: true, outboxDeleted: outbox, deliveriesDeleted: deliveries)
         }
-        summary.outboxDeleted = try await drain(Self.deleteOutboxSQL, configuration.outboxRetention)
-        summary.deliveriesDeleted = try await drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
+        guard let summary = pass else { return PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0) }
         outboxDeleted.increment(by: Double(summary.outboxDeleted))
         deliveriesDeleted.increment(by: Double(summary.deliveriesDeleted))
         if summary.outboxDeleted + summary.deliveriesDeleted > 0 {

@@ -55,15 +55,19 @@ public final class QueueGauges: Sendable {
     @discardableResult
     public func refresh() async throws -> Snapshot {
         let lease = self.lease
-        let snapshot = try await client.withConnection { connection -> Snapshot? in
-            guard try lease.acquire(connection) else {
-                return try SingletonLease.state(of: lease.name, on: connection).flatMap { Self.decode($0.state) }
+        let client = self.client
+        // The holder computes and publishes (and keeps the lease for the next refresh); the others read what it published.
+        let computed = try await lease.whileHeld(on: client, releasing: false) {
+            try await client.withConnection { connection -> Snapshot in
+                let snapshot = try Self.compute(connection)
+                try lease.publish(Self.encode(snapshot), on: connection)
+                return snapshot
             }
-            let snapshot = try Self.compute(connection)
-            try lease.publish(Self.encode(snapshot), on: connection)
-            return snapshot
         }
-        guard let snapshot else { return Snapshot(events: [:], oldestPendingSeconds: 0) }
+        let published = computed == nil
+            ? try await client.withConnection { try SingletonLease.state(of: lease.name, on: $0).flatMap { Self.decode($0.state) } }
+            : nil
+        guard let snapshot = computed ?? published else { return Snapshot(events: [:], oldestPendingSeconds: 0) }
         for (name, gauge) in events { gauge.set(Double(snapshot.events[name] ?? 0)) }
         oldestPending.set(snapshot.oldestPendingSeconds)
         return snapshot

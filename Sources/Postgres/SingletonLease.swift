@@ -88,4 +88,42 @@ public struct SingletonLease: Sendable {
         let lease = self
         try await client.withConnection { try lease.release($0) }
     }
+
+    /// The one way a loop holds the lease: runs `body` only while this holder has it, and returns its result; nil
+    /// when another holder's lease runs (nothing ran). While `body` runs, the lease is renewed every third of its
+    /// duration; a renewal that finds it taken over cancels `body` and throws `LeaseLost`. `releasing`: give it up
+    /// when `body` ends (a one-off job), or keep it until it expires or `release` (a loop that runs again soon, so the
+    /// same instance keeps the job).
+    public func whileHeld<T: Sendable>(on client: PostgresClient, releasing: Bool = true,
+                                       _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        guard try await acquire(on: client) else { return nil }
+        let lease = self
+        let outcome: Result<T?, any Error>
+        do {
+            outcome = .success(try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { try await body() }
+                group.addTask {
+                    while true {
+                        try await Task.sleep(for: lease.duration / 3)
+                        guard try await lease.acquire(on: client) else { throw LeaseLost(name: lease.name) }
+                    }
+                }
+                defer { group.cancelAll() }
+                while let value = try await group.next() {
+                    if let value { return value }
+                }
+                return nil
+            })
+        } catch {
+            outcome = .failure(error)
+        }
+        if releasing { try? await release(on: client) }
+        return try outcome.get()
+    }
+}
+
+/// The singleton lease was taken over (it expired while this instance could not renew it).
+public struct LeaseLost: Error, CustomStringConvertible {
+    public var name: String
+    public var description: String { "lost the \(name) lease" }
 }
