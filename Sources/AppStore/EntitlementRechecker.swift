@@ -292,24 +292,30 @@ public final class EntitlementRechecker: Service {
     /// Runs passes (and the notification history poller when on) until `stop`: a stop cancels lookups in flight,
     /// rate waits and rests at once (rows claimed and not looked up are given back).
     public func run(until stop: StopSignal) async throws {
-        let sweeps = CancellingService { await self.sweepLoop() }
-        try await ConcurrentServices(history.map { [sweeps, $0] } ?? [sweeps]).run(until: stop)
+        try await ConcurrentServices([EntitlementSweep(rechecker: self)] + (history.map { [$0] } ?? [])).run(until: stop)
+    }
+}
+
+/// The sweep as a periodic job: a pass over every due row, then a rest until the next row falls due.
+struct EntitlementSweep: PeriodicJob {
+    let rechecker: EntitlementRechecker
+
+    var stopCancelsRound: Bool { true }
+
+    func runOnce(until stop: StopSignal) async throws -> EntitlementRechecker.PassSummary {
+        let summary = try await rechecker.runOnce()
+        if summary.checked > 0 {
+            rechecker.logger.info("entitlement pass", metadata: [
+                "appstore.checked": "\(summary.checked)", "appstore.revoked": "\(summary.revoked)",
+                "appstore.restored": "\(summary.restored)", "appstore.failed": "\(summary.failed)",
+            ])
+        }
+        return summary
     }
 
-    private func sweepLoop() async {
-        while !Task.isCancelled {
-            do {
-                let summary = try await runOnce()
-                if summary.checked > 0 {
-                    logger.info("entitlement pass", metadata: ["appstore.checked": "\(summary.checked)", "appstore.revoked": "\(summary.revoked)",
-                                                               "appstore.restored": "\(summary.restored)", "appstore.failed": "\(summary.failed)"])
-                }
-            } catch {
-                logger.warning("entitlement pass failed", metadata: ["error": "\(error)"])
-            }
-            if Task.isCancelled { break }
-            let rest = await restAfterPass()
-            try? await Task.sleep(for: rest)
-        }
+    func rest(after round: EntitlementRechecker.PassSummary?) async -> Duration { await rechecker.restAfterPass() }
+
+    func roundFailed(_ error: any Error) {
+        rechecker.logger.warning("entitlement pass failed", metadata: ["error": "\(error)"])
     }
 }

@@ -7,7 +7,7 @@ import Timekeeping
 /// Finds refunds in minutes: every poll interval, pages through Get Notification History for REFUND and for
 /// REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
 /// transaction inside it as a lookup would, and revokes or restores the row. The sweep stays the safety net.
-public final class NotificationHistoryPoller: Service {
+public final class NotificationHistoryPoller: PeriodicJob {
     /// One query per type (Apple filters on one notificationType at a time).
     public static let types = ["REFUND", "REFUND_REVERSED"]
     /// Each window starts this long before the previous one ended: a notification Apple records late is still seen
@@ -78,28 +78,20 @@ public final class NotificationHistoryPoller: Service {
         } ?? PollSummary()
     }
 
-    /// Polls every `notificationPollInterval` until `stop`, which cancels a poll in progress.
-    public func run(until stop: StopSignal) async {
-        await CancellingService { await self.pollLoop() }.run(until: stop)
-    }
-
-    /// Polls until the task is cancelled.
-    private func pollLoop() async {
-        while !Task.isCancelled {
-            do {
-                let summary = try await pollOnce()
-                if summary.notifications > 0 {
-                    logger.info("notification history read", metadata: [
-                        "appstore.notifications": "\(summary.notifications)",
-                        "appstore.verdicts": summary.verdicts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","),
-                    ])
-                }
-            } catch {
-                logger.warning("notification history poll failed", metadata: ["error": "\(error)"])
-            }
-            try? await Task.sleep(for: configuration.notificationPollInterval)
+    // A periodic job: a poll every `notificationPollInterval` until stop, which cancels a poll in progress.
+    public var stopCancelsRound: Bool { true }
+    public func runOnce(until stop: StopSignal) async throws -> PollSummary {
+        let summary = try await pollOnce()
+        if summary.notifications > 0 {
+            logger.info("notification history read", metadata: [
+                "appstore.notifications": "\(summary.notifications)",
+                "appstore.verdicts": summary.verdicts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","),
+            ])
         }
+        return summary
     }
+    public func rest(after round: PollSummary?) async -> Duration { configuration.notificationPollInterval }
+    public func roundFailed(_ error: any Error) { logger.warning("notification history poll failed", metadata: ["error": "\(error)"]) }
 
     private func poll(environment: AppStoreEnvironment, type: String, summary: inout PollSummary) async throws {
         guard let pacer = pacers[environment] else { return }

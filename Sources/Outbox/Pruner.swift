@@ -8,7 +8,7 @@ import Timekeeping
 /// Deletes finished history in small batches so the tables stay small for years (SPEC §3 Retention).
 /// One instance at a time: a pass runs only while this instance holds the `retention` lease row
 /// (renewed before every batch), never a session lock a transaction pooler would keep held.
-public final class Pruner: Service {
+public final class Pruner: PeriodicJob {
 
     /// Retention settings.
     public struct Configuration: Sendable {
@@ -100,16 +100,9 @@ public final class Pruner: Service {
         return summary
     }
 
-    /// Runs passes every `passInterval` until `stop` is requested, then gives the lease up.
-    public func run(until stop: StopSignal) async {
-        while !stop.isRequested {
-            do {
-                _ = try await runOnce { stop.isRequested }
-            } catch {
-                logger.warning("retention pass failed", metadata: ["error": "\(error)"])
-            }
-            await stop.sleep(for: configuration.passInterval)
-        }
-        try? await lease.release(on: client)
-    }
+    // A periodic job: a pass every `passInterval` until stop, then the lease is given up.
+    public func runOnce(until stop: StopSignal) async throws -> PassSummary { try await runOnce { stop.isRequested } }
+    public func rest(after round: PassSummary?) async -> Duration { configuration.passInterval }
+    public func roundFailed(_ error: any Error) { logger.warning("retention pass failed", metadata: ["error": "\(error)"]) }
+    public func finished() async { try? await lease.release(on: client) }
 }

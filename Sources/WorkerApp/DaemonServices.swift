@@ -37,10 +37,12 @@ struct DaemonPools: Sendable {
 
 /// Every few seconds: queue gauges, readiness of the database, and the systemd STATUS= line.
 /// On stop it gives the `status` lease up so another instance takes over at once.
-struct StatusRefresher: Service {
+struct StatusRefresher: PeriodicJob {
     let gauges: QueueGauges
     let parts: DaemonParts
     let logger: Logger
+    /// Consecutive failed refreshes (the first is logged; readiness and STATUS= report every one).
+    private let failures = SharedCount()
 
     /// A database that has not answered the refresh within this is reported not ready (a black-holed path would
     /// otherwise take the pool's deadline, 45 s, to notice).
@@ -84,48 +86,76 @@ struct StatusRefresher: Service {
         return try result.get()
     }
 
-    func run(until stop: StopSignal) async {
-        var failures = 0
-        while !stop.isRequested {
-            do {
-                guard let status = try await refresh(until: stop) else { break }
-                parts.setCheck(.database, .ok)
-                failures = 0
-                let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
-                parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events[.pending] ?? 0), dead \(status.events[.dead] ?? 0)")
-            } catch {
-                failures += 1
-                parts.setCheck(.database, .down("\(error)"))
-                parts.notify("STATUS=database unavailable: retrying")
-                if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
-            }
+    // A periodic job: a refresh every 5 s, the database check and STATUS= from its outcome.
+    func runOnce(until stop: StopSignal) async throws -> QueueGauges.Snapshot? {
+        // After every round, whatever its outcome: the loop is alive, and memory freed since is given back.
+        defer {
             parts.liveness.beat("status")
             ProcessMetrics.returnFreeMemory()
-            await stop.sleep(for: .seconds(5))
         }
-        await gauges.release()
+        guard let status = try await refresh(until: stop) else { return nil }
+        parts.setCheck(.database, .ok)
+        failures.withLock { $0 = 0 }
+        let sent = parts.metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
+        parts.notify("STATUS=sent \(Int(sent)), backlog \(status.events[.pending] ?? 0), dead \(status.events[.dead] ?? 0)")
+        return status
     }
+
+    func rest(after round: QueueGauges.Snapshot??) async -> Duration { .seconds(5) }
+
+    func roundFailed(_ error: any Error) {
+        let failures = failures.withLock { count in
+            count += 1
+            return count
+        }
+        parts.setCheck(.database, .down("\(error)"))
+        parts.notify("STATUS=database unavailable: retrying")
+        if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
+    }
+
+    func finished() async { await gauges.release() }
 }
 
 /// Pings the systemd watchdog at half its interval while every loop makes progress; returns at
 /// once when systemd set no watchdog.
-struct Watchdog: Service {
+struct Watchdog: PeriodicJob {
     let parts: DaemonParts
     let logger: Logger
+    /// Whether the stall was already reported (one critical line per stall, not one per round).
+    private let warned = SharedFlag()
 
     func run(until stop: StopSignal) async {
-        guard let interval = parts.notifier.watchdogInterval else { return }
-        var warned = false
-        while !stop.isRequested {
-            let stalled = parts.liveness.stalled()
-            if stalled.isEmpty {
-                parts.notify("WATCHDOG=1")
-                warned = false
-            } else if !warned {
-                logger.critical("loops stalled; withholding watchdog pings", metadata: ["stalled": stalled.joined(separator: ",")])
-                warned = true
-            }
-            await stop.sleep(for: interval / 2)
+        guard parts.notifier.watchdogInterval != nil else { return }
+        await runRounds(until: stop)
+    }
+
+    func runOnce(until stop: StopSignal) async throws {
+        let stalled = parts.liveness.stalled()
+        if stalled.isEmpty {
+            parts.notify("WATCHDOG=1")
+            warned.set(false)
+        } else if !warned.set(true) {
+            logger.critical("loops stalled; withholding watchdog pings", metadata: ["stalled": stalled.joined(separator: ",")])
         }
     }
+
+    func rest(after round: Void?) async -> Duration { (parts.notifier.watchdogInterval ?? .seconds(10)) / 2 }
+
+    func roundFailed(_ error: any Error) {}
+}
+
+/// A flag several rounds of a job share.
+final class SharedFlag: Sendable {
+    private let value = Mutex(false)
+
+    /// Sets the flag; returns what it was.
+    @discardableResult
+    func set(_ new: Bool) -> Bool { value.withLock { old in defer { old = new }; return old } }
+}
+
+/// A count several rounds of a job share.
+final class SharedCount: Sendable {
+    private let value = Mutex(0)
+
+    func withLock<T>(_ body: (inout Int) -> T) -> T { value.withLock { body(&$0) } }
 }
