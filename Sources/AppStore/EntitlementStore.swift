@@ -37,30 +37,37 @@ struct EntitlementStore: Sendable {
     }
 
     /// Rows the loop looks after: ACTIVE, and REVOKED ones this worker revoked (`"revokedAt"` set).
-    static let eligible = #"(status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))"#
-    static let due = #"COALESCE("nextCheckAt", '-infinity'::timestamptz)"#
+    static let eligible: PostgresQuery = #"(status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))"#
+    /// When the row is due (never scheduled: first of all).
+    static let due: PostgresQuery = #"COALESCE("nextCheckAt", '-infinity'::timestamptz)"#
+    /// The schedule after a verified answer: failures reset, due again after about `interval` (less up to a tenth).
+    static func scheduled(after interval: Duration) -> PostgresQuery {
+        #""nextCheckAt" = now() + make_interval(secs => \#(interval.asSeconds) * (0.9 + 0.1 * random())), "checkFailures" = 0, "lastCheckError" = NULL"#
+    }
 
     let database: PostgresClient
     let lockConnection: PostgresClient
 
     /// Takes up to `limit` due rows of one environment, soonest due first, and moves them `lease` ahead so no
     /// other claim takes them while they are looked up.
-    static let claimSQL = """
+    static func claimQuery(environment: String, limit: Int, lease: Duration) -> PostgresQuery {
+        """
         WITH picked AS (
             SELECT id, "nextCheckAt" AS previous FROM "CaregiverEntitlement"
-            WHERE \(eligible) AND environment = $1 AND \(due) <= now()
-            ORDER BY \(due), id
-            LIMIT $2
+            WHERE \(sql: eligible) AND environment = \(environment) AND \(sql: due) <= now()
+            ORDER BY \(sql: due), id
+            LIMIT \(limit)
             FOR UPDATE SKIP LOCKED
         )
-        UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = now() + make_interval(secs => $3::double precision)
+        UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = now() + make_interval(secs => \(lease.asSeconds))
         FROM picked WHERE e.id = picked.id
         RETURNING e.id, e."productId", e."originalTransactionId", e."transactionId", e.environment, e.status, e."revokedAt",
                   picked.previous
         """
+    }
 
     func claim(environment: String, limit: Int, lease: Duration) async throws -> [Claimed] {
-        let rows = try await database.query(Self.claimSQL, [.text(environment), .int(limit), .double(lease.asSeconds)])
+        let rows = try await database.query(Self.claimQuery(environment: environment, limit: limit, lease: lease))
         var claimed: [Claimed] = []
         claimed.reserveCapacity(rows.count)
         for row in rows {
@@ -77,72 +84,74 @@ struct EntitlementStore: Sendable {
     func release(_ rows: [Claimed]) async throws {
         guard !rows.isEmpty else { return }
         // NULL (never scheduled) goes back as the epoch: still due, still first.
+        let ids = rows.map(\.id)
+        let dues = PostgresValue.timestampArray(rows.map { $0.previousDue ?? Date(timeIntervalSince1970: 0) })
         try await database.query("""
             UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = r.due
-            FROM unnest($1::text[], $2::timestamptz[]) AS r(id, due) WHERE e.id = r.id
-            """, [.textArray(rows.map(\.id)), .timestampArray(rows.map { $0.previousDue ?? Date(timeIntervalSince1970: 0) })])
+            FROM unnest(\(ids)::text[], \(dues)::timestamptz[]) AS r(id, due) WHERE e.id = r.id
+            """ as PostgresQuery)
     }
 
     /// Records a verified answer: the row's failures reset and it is due again after about the interval (less up to a tenth).
     func record(_ verdict: Verdict, id: String, interval: Duration) async throws {
-        let next = #""nextCheckAt" = now() + make_interval(secs => $2::double precision * (0.9 + 0.1 * random())), "checkFailures" = 0, "lastCheckError" = NULL"#
+        let next = Self.scheduled(after: interval)
+        let query: PostgresQuery
         switch verdict {
         case .revoke(let date, let reason):
-            try await database.query("""
+            query = """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'REVOKED', "revokedAt" = $3::timestamptz, "revocationReason" = $4, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
-                WHERE id = $1 AND \(Self.eligible)
-                """, [.text(id), .double(interval.asSeconds), .timestamp(date), .optional(reason)])
+                SET status = 'REVOKED', "revokedAt" = \(date), "revocationReason" = \(reason), "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
+                WHERE id = \(id) AND \(sql: Self.eligible)
+                """
         case .revokeLater(let date, let reason):
-            try await database.query("""
-                UPDATE "CaregiverEntitlement" SET "revokedAt" = $2::timestamptz, "revocationReason" = $3, "updatedAt" = now()
-                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" < $2::timestamptz
-                """, [.text(id), .timestamp(date), .optional(reason)])
+            query = """
+                UPDATE "CaregiverEntitlement" SET "revokedAt" = \(date), "revocationReason" = \(reason), "updatedAt" = now()
+                WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" < \(date)
+                """
         case .restore(let reversedAt):
-            try await database.query("""
+            query = """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(next)
-                WHERE id = $1 AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND ($3::timestamptz IS NULL OR "revokedAt" < $3::timestamptz)
-                """, [.text(id), .double(interval.asSeconds), reversedAt.map(PostgresValue.timestamp) ?? .null])
+                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
+                WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND (\(reversedAt)::timestamptz IS NULL OR "revokedAt" < \(reversedAt))
+                """
         case .stillActive:
-            try await database.query("""
-                UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(next) WHERE id = $1 AND status = 'ACTIVE'
-                """, [.text(id), .double(interval.asSeconds)])
+            query = """
+                UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next) WHERE id = \(id) AND status = 'ACTIVE'
+                """
         }
+        try await database.query(query)
     }
 
     /// A failed lookup: the row waits `base` × 2^(failures so far), at most `cap`, and never before `notBefore`.
     /// `"lastCheckedAt"` does not move (nothing was learnt); the reason is kept.
     func recordFailure(id: String, reason: String, base: Duration, cap: Duration, notBefore: Date? = nil) async throws {
-        try await database.query(Self.failureSQL(where: "id = $1"),
-                                 [.text(id), .text(reason), .double(base.asSeconds), .double(cap.asSeconds), notBefore.map(PostgresValue.timestamp) ?? .null])
+        try await database.query(Self.failureQuery(reason: reason, base: base, cap: cap, notBefore: notBefore, where: "id = \(id)"))
     }
 
-    static func failureSQL(where condition: String) -> String {
+    static func failureQuery(reason: String, base: Duration, cap: Duration, notBefore: Date?, where condition: PostgresQuery) -> PostgresQuery {
         """
         UPDATE "CaregiverEntitlement"
-        SET "checkFailures" = "checkFailures" + 1, "lastCheckError" = $2,
-            "nextCheckAt" = GREATEST(COALESCE($5::timestamptz, '-infinity'::timestamptz),
-                now() + make_interval(secs => LEAST($4::double precision, $3::double precision * power(2, LEAST("checkFailures", 40)))))
-        WHERE \(condition)
+        SET "checkFailures" = "checkFailures" + 1, "lastCheckError" = \(reason),
+            "nextCheckAt" = GREATEST(COALESCE(\(notBefore)::timestamptz, '-infinity'::timestamptz),
+                now() + make_interval(secs => LEAST(\(cap.asSeconds), \(base.asSeconds) * power(2, LEAST("checkFailures", 40)))))
+        WHERE \(sql: condition)
         """
     }
 
     /// Due rows of environments Apple does not sign (Xcode, LocalTesting, anything else): refused without a request, backed off.
     func failUntrustedEnvironments(base: Duration, cap: Duration) async throws -> Int {
-        // $1 (the id in the per-row form) is unused here; typed so the statement prepares.
-        let condition = "$1::text IS NULL AND \(Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(Self.due) <= now()"
-        return try await database.query(Self.failureSQL(where: condition) + " RETURNING id",
-                                        [.null, .text(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue),
-                                         .double(base.asSeconds), .double(cap.asSeconds), .null]).count
+        let condition: PostgresQuery = "\(sql: Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(sql: Self.due) <= now()"
+        let failure = Self.failureQuery(reason: SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue, base: base, cap: cap,
+                                        notBefore: nil, where: condition)
+        return try await database.query("\(sql: failure) RETURNING id" as PostgresQuery).count
     }
 
     /// When the environment's next row falls due (distantPast: one is due now), nil when it has none.
     func nextDue(environment: String) async throws -> Date? {
         let rows = try await database.query("""
-            SELECT min(\(Self.due)) = '-infinity'::timestamptz AS unscheduled, min(\(Self.due)) AS due
-            FROM "CaregiverEntitlement" WHERE \(Self.eligible) AND environment = $1
-            """, [.text(environment)])
+            SELECT min(\(sql: Self.due)) = '-infinity'::timestamptz AS unscheduled, min(\(sql: Self.due)) AS due
+            FROM "CaregiverEntitlement" WHERE \(sql: Self.eligible) AND environment = \(environment)
+            """ as PostgresQuery)
         guard let row = rows.first, row["due"].optionalString() != nil else { return nil }
         return try row["unscheduled"].bool() ? .distantPast : try row["due"].date()
     }
@@ -151,8 +160,8 @@ struct EntitlementStore: Sendable {
     func dueGauges() async throws -> (due: Int, oldestOverdueSeconds: Double) {
         let row = try await database.query("""
             SELECT count(*) AS due, COALESCE(extract(epoch FROM now() - min(COALESCE("nextCheckAt", "createdAt"))), 0)::double precision AS oldest
-            FROM "CaregiverEntitlement" WHERE \(Self.eligible) AND \(Self.due) <= now()
-            """)[0]
+            FROM "CaregiverEntitlement" WHERE \(sql: Self.eligible) AND \(sql: Self.due) <= now()
+            """ as PostgresQuery)[0]
         return (try row["due"].int(), max(0, try row["oldest"].double()))
     }
 

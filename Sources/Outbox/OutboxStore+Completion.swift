@@ -125,10 +125,10 @@ extension OutboxStore {
             var summary = CompletionSummary()
             for (statement, rows) in zip(statements, results) {
                 switch statement.role {
-                case .disableDevices: summary.disabledDevices = try rows.map { try $0[0].string() }
+                case .disableDevices: summary.disabledDevices = try rows.map { try $0["id"].string() }
                 case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.status }
                 case .complete:
-                    for row in rows { summary.eventStatuses[Int64(try row[0].int())] = try row[1].decode(OutboxStatus.self) }
+                    for row in rows { summary.eventStatuses[try row["id"].decode(Int64.self)] = try row["status"].decode(OutboxStatus.self) }
                 case .release: break
                 }
             }
@@ -244,12 +244,12 @@ extension OutboxStore {
             if !deliveries.isEmpty {
                 for row in try connection.query(Self.extendDeliveriesSQL, [
                     .textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text)), .double(lease.asSeconds),
-                ]) { keptDeliveries.insert(try row[0].string()) }
+                ]) { keptDeliveries.insert(try row["id"].string()) }
             }
             if !events.isEmpty {
                 for row in try connection.query(Self.extendEventsSQL, [
                     .intArray(events.map(\.id)), .textArray(events.map(\.lease.text)), .double(lease.asSeconds),
-                ]) { keptEvents.insert(Int64(try row[0].int())) }
+                ]) { keptEvents.insert(try row["id"].decode(Int64.self)) }
             }
             return (keptEvents, keptDeliveries)
         }

@@ -46,9 +46,11 @@ struct OutboxStore: Sendable {
             .int(limit), .text(workerId), .text(token.text), .double(lease.asSeconds), .double(maxAge.asSeconds),
         ])
         return try rows.map { row in
-            ClaimedEvent(id: Int64(try row[0].int()), eventType: try row[1].string(), patientId: try row[2].string(),
-                         payload: try row[3].string(), attempts: try row[4].int(), expired: try row[5].bool(),
-                         displayName: row[6].optionalString(), lease: token, createdAt: try row[7].date())
+            // The RETURNING list, in order.
+            let (id, eventType, patientId, payload, attempts, expired, displayName, createdAt)
+                = try row.decode((Int64, String, String, String, Int, Bool, String?, Date).self)
+            return ClaimedEvent(id: id, eventType: eventType, patientId: patientId, payload: payload, attempts: attempts, expired: expired,
+                                displayName: displayName, lease: token, createdAt: createdAt)
         }.sorted { $0.id < $1.id }
     }
 
@@ -146,8 +148,9 @@ struct OutboxStore: Sendable {
         var deliveries: [ClaimedDelivery] = []
         deliveries.reserveCapacity(rows.count)
         for row in rows {
-            deliveries.append(ClaimedDelivery(id: try row[0].string(), eventKey: try row[1].string(), deviceId: try row[2].string(),
-                                              token: try row[3].string(), claimedAt: try row[4].date(), lease: token))
+            // id, "eventKey", "pushDeviceId", token, claimed_at
+            let (id, eventKey, deviceId, deviceToken, claimedAt) = try row.decode((String, String, String, String, Date).self)
+            deliveries.append(ClaimedDelivery(id: id, eventKey: eventKey, deviceId: deviceId, token: deviceToken, claimedAt: claimedAt, lease: token))
         }
         return deliveries
     }

@@ -1,0 +1,141 @@
+import FoundationEssentials
+
+/// SQL and its parameters written as one interpolated string, as postgres-nio's `PostgresQuery`: `\(value)` binds a
+/// parameter (`$n`), never pastes text, so no value can change a statement; `\(sql: fragment)` splices another query
+/// (SQL composed only as SQL, its own parameters renumbered). The text of a statement depends only on where it was
+/// written, so it is prepared once per connection like any other.
+public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
+    /// The text with `$1`, `$2`, … where values go.
+    public var sql: String
+    public var binds: [PostgresValue]
+
+    public init(stringLiteral value: String) {
+        sql = value
+        binds = []
+    }
+
+    public init(stringInterpolation: StringInterpolation) {
+        sql = stringInterpolation.sql
+        binds = stringInterpolation.binds
+    }
+
+    /// The text only: values are never printed (they may be tokens or names).
+    public var description: String { sql }
+
+    public struct StringInterpolation: StringInterpolationProtocol {
+        var sql = ""
+        var binds: [PostgresValue] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+        }
+
+        public mutating func appendLiteral(_ literal: String) { sql += literal }
+
+        /// A parameter: `$n` in the text, the value bound.
+        public mutating func appendInterpolation(_ value: PostgresValue) {
+            binds.append(value)
+            sql += "$\(binds.count)"
+        }
+
+        public mutating func appendInterpolation(_ value: String) { appendInterpolation(PostgresValue.text(value)) }
+        public mutating func appendInterpolation(_ value: String?) { appendInterpolation(PostgresValue.optional(value)) }
+        public mutating func appendInterpolation(_ value: Int) { appendInterpolation(PostgresValue.int(value)) }
+        public mutating func appendInterpolation(_ value: Double) { appendInterpolation(PostgresValue.double(value)) }
+        public mutating func appendInterpolation(_ value: Bool) { appendInterpolation(PostgresValue.bool(value)) }
+        public mutating func appendInterpolation(_ value: Date) { appendInterpolation(PostgresValue.timestamp(value)) }
+        public mutating func appendInterpolation(_ value: Date?) { appendInterpolation(value.map(PostgresValue.timestamp) ?? .null) }
+        public mutating func appendInterpolation(_ value: [String]) { appendInterpolation(PostgresValue.textArray(value)) }
+        public mutating func appendInterpolation(_ value: [Int]) { appendInterpolation(PostgresValue.intArray(value.map(Int64.init))) }
+
+        /// Another query's SQL, spliced in; its `$n` are renumbered after the parameters already bound here.
+        public mutating func appendInterpolation(sql fragment: PostgresQuery) {
+            let offset = binds.count
+            binds += fragment.binds
+            guard offset > 0, !fragment.binds.isEmpty else {
+                sql += fragment.sql
+                return
+            }
+            var text = Substring(fragment.sql)
+            while let dollar = text.firstIndex(of: "$") {
+                sql += text[..<dollar]
+                let digits = text[text.index(after: dollar)...].prefix { $0.isASCII && $0.isNumber }
+                if let number = Int(digits) {
+                    sql += "$\(number + offset)"
+                } else {
+                    sql += "$"
+                }
+                text = text[text.index(after: dollar)...].dropFirst(digits.count)
+            }
+            sql += text
+        }
+    }
+}
+
+extension PostgresClient {
+    /// Runs one query (see `query(_:_:)`).
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await self.query(query.sql, query.binds)
+    }
+}
+
+extension PostgresConnection {
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws(PostgresError) -> PostgresRows {
+        try self.query(query.sql, query.binds)
+    }
+}
+
+/// A Swift type a text cell decodes to (`PostgresRow.decode`).
+public protocol PostgresDecodable {
+    static func decode(_ cell: PostgresCell) throws(PostgresError) -> Self
+}
+
+extension String: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> String { try cell.string() }
+}
+
+extension Int: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Int { try cell.int() }
+}
+
+extension Int64: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Int64 { Int64(try cell.int()) }
+}
+
+extension Double: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Double { try cell.double() }
+}
+
+extension Bool: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Bool { try cell.bool() }
+}
+
+extension Date: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Date { try cell.date() }
+}
+
+extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
+    public static func decode(_ cell: PostgresCell) throws(PostgresError) -> Wrapped? {
+        cell.isNull ? nil : try Wrapped.decode(cell)
+    }
+}
+
+extension PostgresRow {
+    /// The row's columns, in order, as a tuple of types (postgres-nio's `decode((Int, String).self)`): a column of the
+    /// wrong type is an error naming it.
+    public func decode<each Column: PostgresDecodable>(_ types: (repeat each Column).Type) throws -> (repeat each Column) {
+        var index = 0
+        func next<Value: PostgresDecodable>(_ type: Value.Type) throws -> Value {
+            defer { index += 1 }
+            return try Value.decode(self[index])
+        }
+        return (repeat try next((each Column).self))
+    }
+}
+
+extension PostgresCell {
+    /// The cell as a Swift type (`row["id"].decode(Int64.self)`).
+    public func decode<Value: PostgresDecodable>(_ type: Value.Type) throws(PostgresError) -> Value { try Value.decode(self) }
+}
