@@ -47,10 +47,10 @@ public final class EntitlementRechecker: Service {
     let dueGauge: Gauge
     let oldestGauge: Gauge
     private let gaugesRefreshedAt = Mutex<ContinuousClock.Instant?>(nil)
-    /// The notification history poller when `notificationHistory` is on.
-    public let history: NotificationHistoryPoller?
     /// Whether Apple accepts our key, per environment.
     let keyFaults: KeyFaults
+    /// What the sweep shares with the notification poller (which the daemon's wiring builds beside it).
+    public let context: EntitlementContext
 
     /// The HTTP client settings a rechecker needs: enough transfers for every lane at full rate with up to two
     /// seconds of latency, plus the history poller.
@@ -60,36 +60,34 @@ public final class EntitlementRechecker: Service {
         return http
     }
 
-    /// `database` (4 connections suffice) runs the row statements, `leaseConnection` (1) the lease
-    /// renewals, so a busy pass never delays a renewal; `http` is sized by `httpConfiguration(for:)`.
-    /// The caller owns all three and closes them after `run` returned.
-    /// `onKeyStatus` hears when Apple starts or stops refusing our key (nil: accepted everywhere), for `/readyz` `app_store`.
-    public init(configuration: AppStoreConfiguration, database: PostgresClient, leaseConnection: PostgresClient, http: HTTPClient,
-                logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init,
-                onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) {
-        self.configuration = configuration
-        self.http = http
-        client = AppStoreClient(configuration: configuration, http: http, now: now)
-        verifier = SignedTransactionVerifier(roots: configuration.roots)
-        store = EntitlementStore(database: database, lockConnection: leaseConnection)
-        pacers = Dictionary(uniqueKeysWithValues: Self.environments.map { ($0, RatePacer(rate: configuration.rate($0))) })
-        self.logger = logger
-        self.metrics = metrics
-        revokedTotal = metrics.counter("entitlements_revoked_total", help: "Entitlements revoked after a verified refund or revocation.")
-        restoredTotal = metrics.counter("entitlements_restored_total", help: "Entitlements this worker revoked and restored after Apple reversed it.")
+    /// A sweep over `context` (built once by the wiring and shared with the notification poller).
+    public init(context: EntitlementContext) {
+        self.context = context
+        configuration = context.configuration
+        http = context.http
+        client = context.client
+        verifier = context.verifier
+        store = context.store
+        pacers = context.pacers
+        logger = context.logger
+        metrics = context.metrics
+        revokedTotal = context.revokedTotal
+        restoredTotal = context.restoredTotal
+        keyFaults = context.keyFaults
         dueGauge = metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
         oldestGauge = metrics.gauge("entitlement_oldest_overdue_seconds",
                                     help: "How long the most overdue entitlement check has waited (0 when none is due).")
-        let keyFaults = KeyFaults(first: configuration.keyRefusedBackoff, logger: logger, onStatus: onKeyStatus)
-        self.keyFaults = keyFaults
-        history = configuration.notificationHistory
-            ? NotificationHistoryPoller(configuration: configuration, client: client, verifier: verifier, store: store, pacers: pacers,
-                                        logger: logger, metrics: metrics, revokedTotal: revokedTotal, restoredTotal: restoredTotal,
-                                        keyFaults: keyFaults, now: now)
-            : nil
         for result in ["active", "revoked", "restored", "not_found", "rate_limited", "unauthorized", "server_error", "transport_error"] {
             count(result, increment: false)
         }
+    }
+
+    /// A sweep with a context of its own (see `EntitlementContext.init`).
+    public convenience init(configuration: AppStoreConfiguration, database: PostgresClient, leaseConnection: PostgresClient, http: HTTPClient,
+                            logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init,
+                            onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) {
+        self.init(context: EntitlementContext(configuration: configuration, database: database, leaseConnection: leaseConnection, http: http,
+                                              logger: logger, metrics: metrics, now: now, onKeyStatus: onKeyStatus))
     }
 
     /// Lookups a lane keeps in flight: its rate × 2 s, 2…256.
@@ -289,10 +287,10 @@ public final class EntitlementRechecker: Service {
         return max(rest, .milliseconds(100))
     }
 
-    /// Runs passes (and the notification history poller when on) until `stop`: a stop cancels lookups in flight,
-    /// rate waits and rests at once (rows claimed and not looked up are given back).
-    public func run(until stop: StopSignal) async throws {
-        try await ConcurrentServices([EntitlementSweep(rechecker: self)] + (history.map { [$0] } ?? [])).run(until: stop)
+    /// Runs passes until `stop`: a stop cancels lookups in flight, rate waits and rests at once (rows claimed and
+    /// not looked up are given back).
+    public func run(until stop: StopSignal) async {
+        await EntitlementSweep(rechecker: self).run(until: stop)
     }
 }
 

@@ -56,6 +56,14 @@ public final class NotificationHistoryPoller: PeriodicJob {
         }
     }
 
+    /// The poller over the context the sweep also uses (nil when `notificationHistory` is off).
+    public convenience init?(context: EntitlementContext) {
+        guard context.configuration.notificationHistory else { return nil }
+        self.init(configuration: context.configuration, client: context.client, verifier: context.verifier, store: context.store,
+                  pacers: context.pacers, logger: context.logger, metrics: context.metrics, revokedTotal: context.revokedTotal,
+                  restoredTotal: context.restoredTotal, keyFaults: context.keyFaults, now: context.now)
+    }
+
     /// How far back Apple keeps history: 180 days in production, 30 in sandbox (an hour's margin kept).
     static func retention(_ environment: AppStoreEnvironment) -> TimeInterval { (environment == .sandbox ? 30 : 180) * 86_400 - 3600 }
 

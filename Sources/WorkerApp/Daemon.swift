@@ -114,6 +114,7 @@ struct Supervisor {
             StatusRefresher(gauges: QueueGauges(client: pools.maintenance, metrics: parts.metrics), parts: parts, logger: logger),
             Watchdog(parts: parts, logger: logger),
             parts.appStore?.rechecker,
+            parts.appStore?.poller,
         ]
         return [
             listener(waking: work),  // stopped last: it only wakes the claimers

@@ -98,6 +98,8 @@ struct DaemonStartError: Error, CustomStringConvertible {
 /// renewals) and an HTTP client; the daemon closes them after the service stopped.
 struct AppStoreParts: Sendable {
     let rechecker: EntitlementRechecker
+    /// The notification history poller, when APPSTORE_NOTIFICATION_HISTORY is on.
+    let poller: NotificationHistoryPoller?
     let http: HTTPClient
     let database: PostgresClient
     let leaseConnection: PostgresClient
@@ -123,9 +125,11 @@ enum AppStoreWiring {
                                       settings: .worker(statementTimeout: timeout, lockTimeout: Supervisor.lockTimeout, asynchronousCommit: false),
                                       queryDeadline: timeout + timeout / 2)
         let leaseConnection = PostgresClient(conninfo: configuration.databaseURL, maxConnections: 1, queryDeadline: timeout + timeout / 2)
-        let rechecker = EntitlementRechecker(configuration: appStore, database: database, leaseConnection: leaseConnection, http: http,
-                                             logger: logger.child(label: "appstore"), metrics: metrics, onKeyStatus: onKeyStatus)
-        return AppStoreParts(rechecker: rechecker, http: http, database: database, leaseConnection: leaseConnection)
+        // The sweep and the notification poller, side by side over one shared context.
+        let context = EntitlementContext(configuration: appStore, database: database, leaseConnection: leaseConnection, http: http,
+                                         logger: logger.child(label: "appstore"), metrics: metrics, onKeyStatus: onKeyStatus)
+        return AppStoreParts(rechecker: EntitlementRechecker(context: context), poller: NotificationHistoryPoller(context: context),
+                             http: http, database: database, leaseConnection: leaseConnection)
     }
 
     /// Reads the key and root certificates; problems name the setting (exit 78).

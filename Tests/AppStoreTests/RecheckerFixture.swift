@@ -16,6 +16,9 @@ extension EntitlementRechecker {
                   logger: logger, metrics: metrics, now: now, onKeyStatus: onKeyStatus)
     }
 
+    /// Tests: the notification poller the daemon's wiring would build beside this sweep (nil when off).
+    var history: NotificationHistoryPoller? { NotificationHistoryPoller(context: context) }
+
     /// Tests: closes the HTTP client the convenience initializer built.
     func shutdown() { http.shutdown() }
 
@@ -23,7 +26,8 @@ extension EntitlementRechecker {
     func run() async {
         let stop = StopSignal()
         await withTaskCancellationHandler {
-            try? await run(until: stop)
+            // The sweep and, beside it, the notification poller, as the daemon's wiring runs them.
+            try? await ConcurrentServices([self] + (history.map { [$0] } ?? [])).run(until: stop)
         } onCancel: {
             stop.request(grace: .zero)
         }
