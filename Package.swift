@@ -29,14 +29,16 @@ let package = Package(
         // Domain modules: plain, safe Swift.
         .target(name: "Timekeeping"),
         .target(name: "JSON"),
+        // The push contract between the engine and whatever sends: DoseTakenPush, SendOutcome, PushSender.
+        .target(name: "Push"),
         .target(name: "Lifecycle"),
         .target(name: "Logging", dependencies: ["Systemd"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
         .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping"]),
-        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Logging", "Metrics", "Timekeeping"]),
+        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping"]),
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
-        .target(name: "Outbox", dependencies: ["Postgres", "FCM", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
+        .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
@@ -48,17 +50,17 @@ let package = Package(
         .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto", "Timekeeping"]),
         .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
         // The FCM sender alone, for scripts/bench-sender.
-        .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "HTTP", "Logging", "Metrics", "Timekeeping"]),
+        .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
-        .testTarget(name: "WorkerConfigTests", dependencies: ["WorkerConfig", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "FCMTests", dependencies: ["FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "TestSupport"]),
-        .testTarget(name: "HealthTests", dependencies: ["Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

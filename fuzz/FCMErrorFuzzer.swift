@@ -1,5 +1,6 @@
 // libFuzzer entry point for the FCM response classifier (bytes from the network).
 import Foundation
+import Push
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzFCMError(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {

@@ -1,5 +1,6 @@
 import Crypto
 import FoundationEssentials
+import Push
 
 /// Builds the FCM HTTP v1 request body of SPEC §3 for one DOSE_TAKEN push.
 public enum FCMMessage {

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Push
 import Timekeeping
 
 /// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.

@@ -2,6 +2,7 @@ import FoundationEssentials
 import HTTP
 import Logging
 import Metrics
+import Push
 import Synchronization
 import Timekeeping
 

@@ -1,6 +1,6 @@
-import FCM
 import FoundationEssentials
 import Postgres
+import Push
 import Timekeeping
 
 extension OutboxStore {

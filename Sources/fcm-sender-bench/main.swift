@@ -3,6 +3,7 @@ import Foundation
 import HTTP
 import Logging
 import Metrics
+import Push
 import Synchronization
 import Timekeeping
 

@@ -1,5 +1,6 @@
 import FCM
 import Foundation
+import Push
 import Testing
 
 /// The request body stays within FCM's 4,096 bytes whatever the display name: a name that does not fit is

@@ -1,5 +1,6 @@
 import FCM
 import Foundation
+import Push
 import Testing
 
 @Suite("FCM error table")

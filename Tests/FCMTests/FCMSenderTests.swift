@@ -5,9 +5,10 @@ import HTTP
 import HTTPServer
 import Logging
 import Metrics
+import Push
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 /// The sender against the loopback emulator over real TLS.
 @Suite("FCM sender against the emulator")

@@ -3,8 +3,9 @@ import Foundation
 import HTTP
 import Logging
 import Metrics
-import Testing
+import Push
 import TestSupport
+import Testing
 
 @Suite("HTTP/2 multiplexing against nginx")
 struct HTTP2Tests {

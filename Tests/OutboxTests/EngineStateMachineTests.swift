@@ -1,6 +1,7 @@
 import FCM
 import Foundation
 @testable import Outbox
+import Push
 import Testing
 
 /// The engine's bookkeeping without a database or network: every transition, the load accounting

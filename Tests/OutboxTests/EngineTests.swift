@@ -1,13 +1,14 @@
 import FCM
 import Foundation
+@testable import Lifecycle
 import Logging
 import Metrics
-@testable import Lifecycle
 import Outbox
 import Postgres
+import Push
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Delivery engine: isolation, independent sends, leases, stop")
 struct EngineTests {

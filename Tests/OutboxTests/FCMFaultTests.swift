@@ -1,14 +1,15 @@
 import FCM
 import FCMEmulator
 import Foundation
+@testable import Lifecycle
 import Logging
 import Metrics
-@testable import Lifecycle
 import Outbox
 import Postgres
+import Push
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 import Timekeeping
 
 @Suite("Delivery engine under project-wide FCM faults (emulator)")

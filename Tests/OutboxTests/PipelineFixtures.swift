@@ -7,6 +7,7 @@ import Logging
 import Metrics
 import Outbox
 import Postgres
+import Push
 import TestSupport
 
 /// Seeds the API's tables and enqueues events exactly as the web API does.

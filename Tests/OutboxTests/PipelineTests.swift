@@ -2,8 +2,9 @@ import FCM
 import Foundation
 import Outbox
 import Postgres
-import Testing
+import Push
 import TestSupport
+import Testing
 
 @Suite("Delivery pipeline")
 struct PipelineTests {

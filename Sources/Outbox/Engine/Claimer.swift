@@ -1,7 +1,7 @@
-import FCM
 import FoundationEssentials
 import Logging
 import Postgres
+import Push
 
 /// Claims due events, validates them, fans them out to devices and queues their sends. A statement
 /// that fails for a group of events is retried one event at a time, so one bad row goes DEAD with

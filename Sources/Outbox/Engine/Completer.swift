@@ -1,8 +1,8 @@
-import FCM
 import FoundationEssentials
 import Lifecycle
 import Logging
 import Postgres
+import Push
 import Synchronization
 import Timekeeping
 

@@ -1,9 +1,9 @@
-import FCM
 import FoundationEssentials
 import Lifecycle
 import Logging
 import Metrics
 import Postgres
+import Push
 import Timekeeping
 
 /// Settings of the delivery engine (SPEC §3, §5).

@@ -1,5 +1,5 @@
-import FCM
 import Lifecycle
+import Push
 import Synchronization
 
 /// Carries out what the engine's state machine decides: starts sends while slots are free, hands

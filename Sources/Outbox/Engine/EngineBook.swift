@@ -1,5 +1,5 @@
-import FCM
 import Metrics
+import Push
 import Synchronization
 
 /// The engine's state machine behind a lock, with the waiters it wakes: claimers waiting for room and

@@ -1,4 +1,4 @@
-import FCM
+import Push
 
 /// The delivery engine's bookkeeping as one value: which events this instance holds, and where each
 /// of their deliveries is (queued → sending → answered-unwritten → written). Its methods change the

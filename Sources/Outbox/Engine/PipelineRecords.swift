@@ -1,5 +1,5 @@
-import FCM
 import FoundationEssentials
+import Push
 
 // The records an outbox row passes through, in the order it walks the pipeline:
 // claim (`ClaimedEvent`) → validate (`DoseTakenEvent`) → fan-out (`ClaimedDelivery`) → send
