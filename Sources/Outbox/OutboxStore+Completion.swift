@@ -17,9 +17,14 @@ extension OutboxStore {
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
     /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
     /// snapshot), else DEAD after the last attempt, else due again after its delay.
-    static let completeSQL = """
+    static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String],
+                              events: [EventSettlement], maxAttempts: Int) -> PostgresQuery {
+        let eventIds = PostgresValue.intArray(events.map(\.id)), keys = events.map(\.eventKey)
+        let delays = PostgresValue.doubleArray(events.map(\.retryDelay.asSeconds)), errors = PostgresValue.optionalTextArray(events.map(\.error))
+        let leases = events.map(\.lease.text)
+        return """
         WITH r AS (
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS r(id, kind, detail, token)
+            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[]) AS r(id, kind, detail, token)
         ), delivered AS (
             UPDATE "PushDelivery" pd
             SET status = CASE r.kind WHEN 'RETRY' THEN pd.status ELSE r.kind END,
@@ -31,7 +36,8 @@ extension OutboxStore {
             WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = 'PENDING'
             RETURNING pd.id, pd.status
         ), v AS (
-            SELECT * FROM unnest($5::bigint[], $6::text[], $7::double precision[], $8::text[], $9::uuid[])
+            SELECT *, \(maxAttempts)::integer AS max_attempts
+            FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(delays)::double precision[], \(errors)::text[], \(leases)::uuid[])
                 AS v(id, key, delay, err, token)
         ), p AS (
             -- Probed once per event: the LATERAL subquery's OFFSET 0 keeps the planner from copying the EXISTS
@@ -45,18 +51,19 @@ extension OutboxStore {
             ) s
         )
         UPDATE "PushOutbox" o
-        SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= $10 THEN 'DEAD' ELSE 'PENDING' END,
-            "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= $10 THEN now() END,
-            "availableAt" = CASE WHEN p.pending AND o.attempts < $10
+        SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= p.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+            "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= p.max_attempts THEN now() END,
+            "availableAt" = CASE WHEN p.pending AND o.attempts < p.max_attempts
                                  THEN now() + make_interval(secs => p.delay) ELSE o."availableAt" END,
             "lastError" = CASE WHEN NOT p.pending THEN NULL
-                               WHEN o.attempts >= $10 THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
+                               WHEN o.attempts >= p.max_attempts THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
                                ELSE p.err END,
             "eventKey" = p.key, "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM p
         WHERE o.id = p.id AND o."leaseToken" = p.token AND o.status = 'PENDING'
         RETURNING o.id, o.status
         """
+    }
 
     /// Final states decided without sending (bad input → DEAD, too old → EXPIRED).
     static let finishEventsSQL = """
@@ -167,12 +174,8 @@ extension OutboxStore {
         }
         let events = completion.settlements
         if !ids.isEmpty || !events.isEmpty {
-            plan.statements.append((.complete, completeSQL, [
-                .textArray(ids), .textArray(kinds), .textArray(details), .textArray(tokens),
-                .intArray(events.map(\.id)), .textArray(events.map(\.eventKey)),
-                .doubleArray(events.map(\.retryDelay.asSeconds)), .optionalTextArray(events.map(\.error)),
-                .textArray(events.map(\.lease.text)), .int(maxAttempts),
-            ]))
+            let query = completeQuery(deliveries: ids, kinds: kinds, details: details, tokens: tokens, events: events, maxAttempts: maxAttempts)
+            plan.statements.append((.complete, query.sql, query.binds))
         }
         let releasedDeliveries = completion.releasedDeliveries
         if !releasedDeliveries.isEmpty {

@@ -14,6 +14,12 @@ package enum PgbenchScript {
         return text
     }
 
+    /// The completion statement's text (its parameters in the order they are written: the deliveries' four arrays,
+    /// the attempt limit, the events' five arrays).
+    static var completeSQL: String {
+        OutboxStore.completeQuery(deliveries: [], kinds: [], details: [], tokens: [], events: [], maxAttempts: 0).sql
+    }
+
     /// The script for one batch of `batchSize` events.
     package static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
         let claim = bind(OutboxStore.claimSQL, ["limit", "worker", "token", "lease", "maxage"])
@@ -28,7 +34,7 @@ package enum PgbenchScript {
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
-            \(bind(OutboxStore.completeSQL, ["dids", "dkinds", "names", "dtokens", "ids", "keys", "delays", "errs", "etokens", "maxattempts"]));
+            \(bind(completeSQL, ["dids", "dkinds", "names", "dtokens", "maxattempts", "ids", "keys", "delays", "errs", "etokens"]));
 
             """
     }
