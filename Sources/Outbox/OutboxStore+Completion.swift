@@ -17,14 +17,15 @@ extension OutboxStore {
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
     /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
     /// snapshot), else DEAD after the last attempt, else due again after its delay.
-    static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String],
+    static func completeQuery(deliveries ids: [String], keys deliveryKeys: [String], kinds: [String], details: [String], tokens: [String],
                               events: [EventSettlement], maxAttempts: Int) -> PostgresQuery {
         let eventIds = PostgresValue.intArray(events.map(\.id)), keys = events.map(\.eventKey)
         let delays = PostgresValue.doubleArray(events.map(\.retryDelay.asSeconds)), errors = PostgresValue.optionalTextArray(events.map(\.error))
         let leases = events.map(\.lease.text)
         return """
         WITH r AS (
-            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[]) AS r(id, kind, detail, token)
+            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[])
+                AS r(id, kind, detail, token, key)
         ), delivered AS (
             UPDATE "PushDelivery" pd
             SET status = CASE r.kind WHEN 'RETRY' THEN pd.status ELSE r.kind END,
@@ -41,12 +42,16 @@ extension OutboxStore {
                 AS v(id, key, delay, err, token)
         ), p AS (
             -- Probed once per event: the LATERAL subquery's OFFSET 0 keeps the planner from copying the EXISTS
-            -- into each CASE below that reads `pending` (it did: four probes per event).
+            -- into each CASE below that reads `pending` (it did: four probes per event). An event is also pending
+            -- when a result of its key found no row to write (a failover lost the fan-out that inserted it, or its
+            -- lease was taken over): DONE only on written evidence, never on the absence of rows.
             SELECT v.*, s.pending FROM v CROSS JOIN LATERAL (
                 SELECT EXISTS (
                     SELECT 1 FROM "PushDelivery" pd
                     WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
                       AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
+                ) OR EXISTS (
+                    SELECT 1 FROM r WHERE r.key = v.key AND r.id NOT IN (SELECT id FROM delivered)
                 ) AS pending OFFSET 0
             ) s
         )
@@ -144,7 +149,7 @@ extension OutboxStore {
     }
 
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
-        var ids: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
+        var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
         var disable = ([String](), [Date]())
         for result in completion.deliveries {
             let kind: String, detail: String
@@ -158,7 +163,7 @@ extension OutboxStore {
             case .notSent:
                 continue  // the completer releases these instead
             }
-            ids.append(result.deliveryId); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
+            ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
         }
         var plan = CompletionPlan()
         if !disable.0.isEmpty {
@@ -174,7 +179,7 @@ extension OutboxStore {
         }
         let events = completion.settlements
         if !ids.isEmpty || !events.isEmpty {
-            let query = completeQuery(deliveries: ids, kinds: kinds, details: details, tokens: tokens, events: events, maxAttempts: maxAttempts)
+            let query = completeQuery(deliveries: ids, keys: keys, kinds: kinds, details: details, tokens: tokens, events: events, maxAttempts: maxAttempts)
             plan.statements.append((.complete, query.sql, query.binds))
         }
         let releasedDeliveries = completion.releasedDeliveries

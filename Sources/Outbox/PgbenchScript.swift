@@ -14,10 +14,10 @@ package enum PgbenchScript {
         return text
     }
 
-    /// The completion statement's text (its parameters in the order they are written: the deliveries' four arrays,
+    /// The completion statement's text (its parameters in the order they are written: the deliveries' five arrays,
     /// the attempt limit, the events' five arrays).
     static var completeSQL: String {
-        OutboxStore.completeQuery(deliveries: [], kinds: [], details: [], tokens: [], events: [], maxAttempts: 0).sql
+        OutboxStore.completeQuery(deliveries: [], keys: [], kinds: [], details: [], tokens: [], events: [], maxAttempts: 0).sql
     }
 
     /// The script for one batch of `batchSize` events.
@@ -30,11 +30,11 @@ package enum PgbenchScript {
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
                    coalesce(array_agg(NULL::text), '{}') AS errs,
                    coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
-            \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease"])), d AS (SELECT id FROM inserted UNION ALL SELECT id FROM reclaimed)
+            \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease"])), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
-                   coalesce(array_agg(:token::text), '{}') AS dtokens FROM d \\gset
-            \(bind(completeSQL, ["dids", "dkinds", "names", "dtokens", "maxattempts", "ids", "keys", "delays", "errs", "etokens"]));
+                   coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys FROM d \\gset
+            \(bind(completeSQL, ["dids", "dkinds", "names", "dtokens", "dkeys", "maxattempts", "ids", "keys", "delays", "errs", "etokens"]));
 
             """
     }

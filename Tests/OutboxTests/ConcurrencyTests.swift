@@ -64,6 +64,33 @@ struct ConcurrencyTests {
         }
     }
 
+    /// A failover lost the fan-out that inserted an event's deliveries but kept its claim: the results written on the
+    /// new primary find no rows, and the event is not settled DONE on that absence (it is due again, and a new fan-out
+    /// sends what the database no longer knows was sent).
+    @Test func resultsWithoutTheirRows_leaveTheEventPending() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            _ = try db.device(owner: "c1", token: "token-a")
+            _ = try db.device(owner: "c1", token: "token-b")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let lease = claimed[0].lease
+            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
+                                                    lease: .seconds(60))
+            #expect(deliveries.count == 2)
+            try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out's commit, lost with the old primary
+            let summary = try await store.complete(.init(
+                deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "projects/p/messages/1")) },
+                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil)]),
+                maxAttempts: 10)
+            #expect(summary.eventStatuses[id] == .pending)
+            #expect(try db.eventStatus(id).status == "PENDING")
+        }
+    }
+
     /// Two workers drain 1,000 events × 2 devices side by side: every (event, device) is sent exactly once.
     @Test func twoWorkersInParallel_everyDeliverySentExactlyOnce() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

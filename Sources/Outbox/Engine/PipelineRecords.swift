@@ -109,6 +109,8 @@ public struct EventSettlement: Sendable {
 /// The row update one send outcome calls for.
 public struct DeliveryResult: Sendable {
     public var deliveryId: String
+    /// The delivery's event key: its event is settled only once every result of the key is written.
+    public var eventKey: String
     public var lease: LeaseToken
     public var outcome: SendOutcome
     /// Needed to disable a dead token (only if not re-registered since the send began).
@@ -117,6 +119,7 @@ public struct DeliveryResult: Sendable {
 
     public init(delivery: ClaimedDelivery, outcome: SendOutcome) {
         deliveryId = delivery.id
+        eventKey = delivery.eventKey
         lease = delivery.lease
         self.outcome = outcome
         deviceId = delivery.deviceId
