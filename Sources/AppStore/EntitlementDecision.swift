@@ -13,14 +13,24 @@ enum EntitlementDecision {
         case revoked(at: Date)
         /// REVOKED without `"revokedAt"`: revoked by someone else (the API, support). The worker never touches it.
         case revokedElsewhere
+        /// A status the contract does not name (the API's own, added later): never touched either.
+        case other(String)
 
-        /// From the row's `status` and `"revokedAt"`; nil for a status the contract does not know.
-        init?(status: String, revokedAt: Date?) {
+        /// From the row's `status` and `"revokedAt"`.
+        init(status: String, revokedAt: Date?) {
             switch (EntitlementStatus(rawValue: status), revokedAt) {
             case (.active?, _): self = .active
             case (.revoked?, let at?): self = .revoked(at: at)
             case (.revoked?, nil): self = .revokedElsewhere
-            case (nil, _): return nil
+            case (nil, _): self = .other(status)
+            }
+        }
+
+        /// Rows the worker never writes.
+        var isOthers: Bool {
+            switch self {
+            case .revokedElsewhere, .other: true
+            case .active, .revoked: false
             }
         }
     }
@@ -55,7 +65,7 @@ enum EntitlementDecision {
     }
 
     static func decide(_ state: State, _ evidence: Evidence) -> Action {
-        if state == .revokedElsewhere { return Action(write: nil, verdict: .unchanged) }
+        if state.isOthers { return Action(write: nil, verdict: .unchanged) }
         switch evidence {
         case .lookup(let revocation?, let reason):
             // Revoked at Apple: (re)recorded with Apple's date; a change only for an ACTIVE row.

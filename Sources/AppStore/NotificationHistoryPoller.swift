@@ -177,7 +177,7 @@ public final class NotificationHistoryPoller: PeriodicJob {
         guard let row = try await store.row(originalTransactionId: original) else { return "no_entitlement" }
         let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": environment, "appstore.notification_type": type]
         // Someone else's revocation: decided before the transaction is even verified (nothing will be written).
-        guard row.state != .revokedElsewhere else { return EntitlementDecision.Verdict.unchanged.rawValue }
+        guard !row.state.isOthers else { return EntitlementDecision.Verdict.unchanged.rawValue }
         let verified: VerifiedTransaction
         do {
             verified = try verifier.verify(notification.signedTransactionInfo, expecting: .init(

@@ -31,19 +31,3 @@ public struct ConcurrentServices: Service {
         if let first = failures.first { throw first }
     }
 }
-
-/// A loop written against task cancellation (HTTP lookups, rate waits and rests that end at once
-/// when cancelled) as a `Service`: a stop cancels it.
-public struct CancellingService: Service {
-    let body: @Sendable () async -> Void
-
-    public init(_ body: @escaping @Sendable () async -> Void) { self.body = body }
-
-    public func run(until stop: StopSignal) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await body() }
-            await stop.wait()
-            group.cancelAll()
-        }
-    }
-}

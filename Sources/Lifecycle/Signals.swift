@@ -44,13 +44,18 @@ public final class WakeSignal: Sendable {
         let id = state.withLock { state in state.nextWaiter &+= 1; return state.nextWaiter }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let resumeNow = state.withLock { state -> Bool in
-                        if state.generation != seen { return true }
-                        state.waiters[id] = continuation
-                        return false
+                // Cancelled (the timeout came first) before or after it registers, the waiter ends at once.
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                        let resumeNow = state.withLock { state -> Bool in
+                            if state.generation != seen || Task.isCancelled { return true }
+                            state.waiters[id] = continuation
+                            return false
+                        }
+                        if resumeNow { continuation.resume() }
                     }
-                    if resumeNow { continuation.resume() }
+                } onCancel: {
+                    state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
                 }
             }
             group.addTask { try? await Task.sleep(for: timeout) }

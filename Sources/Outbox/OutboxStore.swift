@@ -61,13 +61,14 @@ struct OutboxStore: Sendable {
     /// - `inserted`: one delivery per target, inserted already leased; a device already in the table for the key is
     ///   skipped (the unique index decides);
     /// - `earlier`: the keys that can hold deliveries from before this statement: the insert skipped one of their
-    ///   devices, or they have no sendable device now. A key met for the first time has none, so the two probes
-    ///   below skip it (they were an index probe per key on every fan-out);
+    ///   devices, they have no sendable device now, or their event is on a second or later attempt (`$5`). A key met
+    ///   for the first time has none, so the two probes below skip it (they were an index probe per key on every
+    ///   fan-out);
     /// - `reclaimed`: PENDING deliveries of those keys from an earlier attempt or a crashed worker, leased again;
     /// - `failed`: a PENDING delivery of those keys whose device was disabled since it was inserted will never be sent.
-    /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A stale
-    /// delivery of a key that is new by this rule (its devices all replaced since) keeps the event PENDING, and its
-    /// next attempt, whose inserts all meet their rows, probes it.
+    /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A retried
+    /// event is always probed, so a delivery left by an earlier attempt to a device that is no longer a target (its
+    /// devices replaced since) is failed or resent on that attempt, never left to exhaust the attempts.
     static let fanOutSQL = fanOutCTEs + """
 
         SELECT i.id, i."eventKey", i."pushDeviceId", t.token, now() AS claimed_at
@@ -106,6 +107,8 @@ struct OutboxStore: Sendable {
             WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
             UNION
             SELECT k.key FROM unnest($1::text[]) AS k(key) WHERE NOT EXISTS (SELECT 1 FROM targets t WHERE t.key = k.key)
+            UNION
+            SELECT unnest($5::text[])
         ), reclaimed AS (
             UPDATE "PushDelivery" pd
             SET attempts = pd.attempts + 1, "leaseToken" = $3::uuid,
@@ -131,6 +134,8 @@ struct OutboxStore: Sendable {
         var id: Int64
         var eventKey: String
         var patientId: String
+        /// The claim's attempt number: past the first, deliveries of earlier attempts may exist.
+        var attempts: Int = 1
     }
 
     /// Fans out the events (their patients exist) and leases every sendable PENDING delivery of their
@@ -138,13 +143,16 @@ struct OutboxStore: Sendable {
     func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> [ClaimedDelivery] {
         var keys: [String] = []
         var patients: [String] = []
+        var retried: [String] = []
         var seen = Set<String>()
         for event in events where seen.insert(event.eventKey).inserted {
             keys.append(event.eventKey)
             patients.append(event.patientId)
+            if event.attempts > 1 { retried.append(event.eventKey) }
         }
         guard !keys.isEmpty else { return [] }
-        let rows = try await client.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text), .double(lease.asSeconds)])
+        let rows = try await client.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text), .double(lease.asSeconds),
+                                                           .textArray(retried)])
         var deliveries: [ClaimedDelivery] = []
         deliveries.reserveCapacity(rows.count)
         for row in rows {

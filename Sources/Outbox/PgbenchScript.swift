@@ -29,8 +29,8 @@ package enum PgbenchScript {
             SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg('doseTaken:' || (payload::jsonb ->> 'recordingGroupId')), '{}') AS keys,
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
                    coalesce(array_agg(NULL::text), '{}') AS errs,
-                   coalesce(array_agg(:token::text), '{}') AS etokens FROM c \\gset
-            \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease"])), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
+                   coalesce(array_agg(:token::text), '{}') AS etokens, '{}'::text AS retried FROM c \\gset
+            \(bind(OutboxStore.fanOutCTEs, ["keys", "pids", "token", "lease", "retried"])), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys FROM d \\gset

@@ -75,11 +75,12 @@ struct StatusRefresher: PeriodicJob {
                 try await Task.sleep(for: .seconds(1))
             }
         }
-        defer {
-            stopWatch.cancel()
-            probe.cancel()
-        }
-        guard let result = await answer.value() else {
+        let result = await answer.value()
+        stopWatch.cancel()
+        probe.cancel()
+        // The probe's last word comes before the caller's: a `.down` it was writing cannot land after the caller's `.ok`.
+        _ = await probe.result
+        guard let result else {
             task.cancel()
             return nil
         }

@@ -70,14 +70,15 @@ public enum ValueParsing {
         var result = text
         // URI form: scheme://user:password@host
         // Swift Regex (the standard library's string processing): no Foundation's NSRegularExpression in the daemon.
-        if let match = result.firstMatch(of: try! Regex(#"://[^/@:]*:[^/@]*@"#)) {
-            let userInfo = result[match.range]
+        if let match = result.firstMatch(of: try! Regex(#"://[^/@:]*:[^/@]*@"#).matchingSemantics(.unicodeScalar)) {
+            // By scalars throughout: a combining mark after the ':' must not make it part of another character.
+            let userInfo = result.unicodeScalars[match.range]
             if let colon = userInfo.dropFirst(3).firstIndex(of: ":") {
-                result.replaceSubrange(colon..<userInfo.index(before: userInfo.endIndex), with: ":***")
+                result.unicodeScalars.replaceSubrange(colon..<userInfo.index(before: userInfo.endIndex), with: ":***".unicodeScalars)
             }
         }
         // key=value form and URI query parameters.
-        result = result.replacing(try! Regex(#"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#), with: "password=***")
+        result = result.replacing(try! Regex(#"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#).matchingSemantics(.unicodeScalar), with: "password=***")
         return result
     }
 }

@@ -34,6 +34,9 @@ struct EntitlementDecisionTests {
         (.active, .reversal(signedAt: refundedAt, revocation: nil), Action(write: nil, verdict: .unchanged)),
         (.revoked(at: earlier), .reversal(signedAt: refundedAt, revocation: later), Action(write: nil, verdict: .stillRevoked)),
         (.revokedElsewhere, .reversal(signedAt: refundedAt, revocation: nil), Action(write: nil, verdict: .unchanged)),
+        // A status the contract does not name: never written, whatever the evidence.
+        (.other("PAUSED"), .refund(revocation: refundedAt, reason: 1), Action(write: nil, verdict: .unchanged)),
+        (.other("PAUSED"), .lookup(revocation: nil, reason: nil), Action(write: nil, verdict: .unchanged)),
     ]
 
     @Test(arguments: table.indices)
@@ -46,6 +49,6 @@ struct EntitlementDecisionTests {
         #expect(State(status: "ACTIVE", revokedAt: nil) == .active)
         #expect(State(status: "REVOKED", revokedAt: Self.refundedAt) == .revoked(at: Self.refundedAt))
         #expect(State(status: "REVOKED", revokedAt: nil) == .revokedElsewhere)
-        #expect(State(status: "PAUSED", revokedAt: nil) == nil)
+        #expect(State(status: "PAUSED", revokedAt: nil) == .other("PAUSED"))
     }
 }

@@ -91,6 +91,34 @@ struct ConcurrencyTests {
         }
     }
 
+    /// A retried event's earlier deliveries are probed even when every current target is new: a device disabled and
+    /// replaced since the first attempt has its PENDING delivery failed, so the event can finish.
+    @Test func retriedEvent_withEveryDeviceReplaced_failsTheOldDelivery() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            let old = try db.device(owner: "c1", token: "token-old")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+            let first = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            _ = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: first[0].attempts)],
+                                       token: first[0].lease, lease: .seconds(60))
+            // The first attempt ends unwritten (a crash); the device is replaced before the retry.
+            try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
+            try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
+            try db.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = $1"#, [.text(old)])
+            _ = try db.device(owner: "c1", token: "token-new")
+            let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            #expect(second.map(\.attempts) == [2])
+            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
+                                                    token: second[0].lease, lease: .seconds(60))
+            #expect(deliveries.map(\.token) == ["token-new"])
+            let rows = try db.connection.query(#"SELECT "pushDeviceId", status FROM "PushDelivery""#)
+            #expect(try rows.first { try $0["pushDeviceId"].string() == old }?["status"].string() == "FAILED")
+        }
+    }
+
     /// Two workers drain 1,000 events × 2 devices side by side: every (event, device) is sent exactly once.
     @Test func twoWorkersInParallel_everyDeliverySentExactlyOnce() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

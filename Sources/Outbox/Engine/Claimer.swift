@@ -61,7 +61,8 @@ struct Claimer: Sendable {
     private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], leaseDeadline: ContinuousClock.Instant,
                         finished: inout [FinishedEvent]) async throws {
         guard let token = valid.first?.claim.lease else { return }
-        let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId) }
+        let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId,
+                                                                  attempts: $0.claim.attempts) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
             start(valid, result, leaseDeadline: leaseDeadline)

@@ -88,13 +88,18 @@ final class EngineBook: Sendable {
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let now = self.state.withLock { state -> Bool in
-                        if state.machine.sending == 0 { return true }
-                        state.quietWaiters[id] = continuation
-                        return false
+                // Cancelled (the deadline came first) before or after it registers, the waiter ends at once.
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                        let now = self.state.withLock { state -> Bool in
+                            if state.machine.sending == 0 || Task.isCancelled { return true }
+                            state.quietWaiters[id] = continuation
+                            return false
+                        }
+                        if now { continuation.resume() }
                     }
-                    if now { continuation.resume() }
+                } onCancel: {
+                    self.state.withLock { $0.quietWaiters.removeValue(forKey: id) }?.resume()
                 }
             }
             group.addTask { try? await Task.sleep(until: deadline) }
