@@ -36,6 +36,9 @@ extension OutboxStore {
             FROM r
             WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = 'PENDING'
             RETURNING pd.id, pd.status
+        ), missing AS MATERIALIZED (
+            -- Keys with a result that found no row to write (computed once per flush; almost always empty).
+            SELECT DISTINCT r.key FROM r LEFT JOIN delivered d ON d.id = r.id WHERE d.id IS NULL
         ), v AS (
             SELECT *, \(maxAttempts)::integer AS max_attempts
             FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(delays)::double precision[], \(errors)::text[], \(leases)::uuid[])
@@ -50,9 +53,7 @@ extension OutboxStore {
                     SELECT 1 FROM "PushDelivery" pd
                     WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
                       AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
-                ) OR EXISTS (
-                    SELECT 1 FROM r WHERE r.key = v.key AND r.id NOT IN (SELECT id FROM delivered)
-                ) AS pending OFFSET 0
+                ) OR v.key IN (SELECT key FROM missing) AS pending OFFSET 0
             ) s
         )
         UPDATE "PushOutbox" o
