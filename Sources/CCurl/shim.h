@@ -41,3 +41,18 @@ static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_curl_sockopt_call
     if (code != CURLE_OK) return code;
     return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, clientp);
 }
+
+/* The descriptors of curl_multi_fdset's sets that are set, up to `capacity` of them (fd_set's macros
+   are not visible to Swift). Returns how many were written to `out`. */
+#include <sys/select.h>
+static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
+    fd_set readable, writable, failed;
+    FD_ZERO(&readable); FD_ZERO(&writable); FD_ZERO(&failed);
+    int highest = -1;
+    if (curl_multi_fdset(multi, &readable, &writable, &failed, &highest) != CURLM_OK) return 0;
+    int count = 0;
+    for (int fd = 0; fd <= highest && count < capacity; fd++) {
+        if (FD_ISSET(fd, &readable) || FD_ISSET(fd, &writable)) out[count++] = fd;
+    }
+    return count;
+}

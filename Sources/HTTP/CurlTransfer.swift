@@ -31,6 +31,8 @@ final class CurlTransfer {
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         try configureOnce(configuration, caBundlePath)
+        try check(TransferSockets.install(on: easy, userTimeoutMs: UInt32(clamping: configuration.stallTimeout.milliseconds),
+                                          coalesce: configuration.coalesceWrites), "SOCKOPTFUNCTION")
     }
 
     deinit {
@@ -67,12 +69,10 @@ final class CurlTransfer {
         try check(mw_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 3600), "CA_CACHE_TIMEOUT")
         // Connection health: an idle connection silently dropped (NAT, half-open) is found by TCP keepalive
         // probes (10 s idle, then every 5 s); one that stops acknowledging what we send is dropped after
-        // `stallTimeout` (TCP_USER_TIMEOUT); none is reused past `maxConnectionAge`, so turnover is routine.
+        // `stallTimeout` (TCP_USER_TIMEOUT, set by `TransferSockets`); none is reused past `maxConnectionAge`, so turnover is routine.
         try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "TCP_KEEPALIVE")
         try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPIDLE, 10), "TCP_KEEPIDLE")
         try check(mw_easy_setopt_long(easy, CURLOPT_TCP_KEEPINTVL, 5), "TCP_KEEPINTVL")
-        try check(mw_easy_setopt_sockopt(easy, curlSetUserTimeout, UnsafeMutableRawPointer(bitPattern: configuration.stallTimeout.milliseconds)),
-                  "SOCKOPTFUNCTION")
         try check(mw_easy_setopt_long(easy, CURLOPT_MAXLIFETIME_CONN, Int(configuration.maxConnectionAge.components.seconds)), "MAXLIFETIME_CONN")
         try check(mw_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, configuration.connectTimeout.milliseconds), "CONNECTTIMEOUT")
         try check(mw_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
@@ -194,17 +194,6 @@ final class CurlTransfer {
         default: .transport
         }
     }
-}
-
-/// CURLOPT_SOCKOPTFUNCTION: data left unacknowledged for the milliseconds passed as `clientp` drops the
-/// connection (TCP_USER_TIMEOUT), so a peer that silently stops answering fails its streams within a
-/// bound instead of after the kernel's default retransmission limit (minutes).
-private func curlSetUserTimeout(_ clientp: UnsafeMutableRawPointer?, _ fd: curl_socket_t, _ purpose: curlsocktype) -> Int32 {
-    var milliseconds = UInt32(truncatingIfNeeded: Int(bitPattern: clientp))
-    if milliseconds > 0 {
-        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_USER_TIMEOUT, &milliseconds, socklen_t(MemoryLayout<UInt32>.size))
-    }
-    return Int32(CURL_SOCKOPT_OK)
 }
 
 /// CURLOPT_WRITEFUNCTION: append body bytes to the transfer named by `userdata`.

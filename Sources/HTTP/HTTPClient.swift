@@ -163,6 +163,8 @@ public final class HTTPClient: Sendable {
         let client: HTTPClient
         var running: [UInt64: CurlTransfer] = [:]
         var idle: [CurlTransfer] = []
+        /// The sockets of the transfers in progress, as `TransferSockets` reads them each turn.
+        var socketScratch = [Int32](repeating: -1, count: 64)
 
         init(client: HTTPClient) { self.client = client }
 
@@ -184,6 +186,8 @@ public final class HTTPClient: Sendable {
                 for item in turn.admit { admit(item, multi) }
                 curl_multi_perform(multi, &stillRunning)
                 harvest(multi)
+                // What this turn wrote leaves now, as one segment per connection.
+                if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
                     let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight

@@ -96,6 +96,9 @@ public struct HTTPClientConfiguration: Sendable {
     public var stallTimeout: Duration = .seconds(20)
     /// No connection is reused after this age (CURLOPT_MAXLIFETIME_CONN); the next request opens a new one.
     public var maxConnectionAge: Duration = .seconds(600)
+    /// Each driver turn's writes leave as one TCP segment per connection (TCP_CORK, released at the end of every
+    /// turn): an HTTP/2 send is then not two segments of its own. Off, every frame is sent as it is written.
+    public var coalesceWrites = true
 
     public init(maxInFlight: Int = 100, connectTimeout: Duration = .seconds(10), requestTimeout: Duration = .seconds(30),
                 caFile: String? = nil, maxStreamsPerConnection: Int = 100) {
