@@ -122,4 +122,46 @@ struct RetentionTests {
             #expect(!plan.contains("Seq Scan"))
         }
     }
+    /// Statistics taken over finished events and an empty queue say the pending index holds one row; then a morning's
+    /// backlog of 20,000 events arrives. Settling events by id (the completer's flush, finished events, heartbeat, release) must
+    /// stay a primary-key probe per event, never a read of the whole pending queue: it did (a hash join over the
+    /// pending index, 18,645 entries read per flush at 300k patients) while its guard matched the index's predicate.
+    @Test func settlingEvents_withABacklogTheStatisticsDoNotKnow_neverReadsThePendingQueue() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.connection.query(#"ALTER TABLE "PushOutbox" SET (autovacuum_enabled = off)"#)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
+                SELECT 'DOSE_TAKEN', 'p1', '{}', 'DONE', now(), now() FROM generate_series(1, 100000)
+                """#)
+            try db.connection.query(#"ANALYZE "PushOutbox""#)
+            for _ in 0..<8 { _ = try db.enqueue(patient: "p1", payload: Fixtures.payload()) }
+            // One connection, so that its statistics can be flushed on demand before they are read.
+            let client = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            let store = OutboxStore(client: client)
+            let claimed = try await store.claim(limit: 8, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            #expect(claimed.count == 8)
+            try db.connection.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "availableAt")
+                SELECT 'DOSE_TAKEN', 'p1', '{}', now() + interval '1 hour' FROM generate_series(1, 20000)
+                """#)
+            func pendingIndexReads() async throws -> Int {
+                _ = try await client.query("SELECT pg_stat_force_next_flush()")
+                return try db.connection.query(#"""
+                    SELECT idx_tup_read::int AS n FROM pg_stat_user_indexes WHERE indexrelname = 'PushOutbox_pending_due_idx'
+                    """#)[0]["n"].int()
+            }
+            let before = try await pendingIndexReads()
+            // One event per flush, more flushes than the server's five custom plans: the generic plan is used too.
+            for event in claimed {
+                _ = try await store.extendLeases(events: [(event.id, event.lease)], deliveries: [], lease: .seconds(60))
+                let summary = try await store.complete(.init(settlements: [
+                    EventSettlement(id: event.id, eventKey: "doseTaken:e\(event.id)", lease: event.lease, retryDelay: .seconds(1))
+                ]), maxAttempts: 10)
+                #expect(summary.eventStatuses[event.id] == .done)
+            }
+            let reads = try await pendingIndexReads() - before
+            #expect(reads < 100)
+        }
+    }
 }
