@@ -34,21 +34,9 @@ public final class EntitlementRechecker: Service {
         case rateLimited(Date?)
     }
 
-    let configuration: AppStoreConfiguration
-    let client: AppStoreClient
-    let http: HTTPClient
-    let verifier: SignedTransactionVerifier
-    let store: EntitlementStore
-    let pacers: [AppStoreEnvironment: RatePacer]
-    let logger: Logger
-    let metrics: MetricsRegistry
-    let revokedTotal: Counter
-    let restoredTotal: Counter
     let dueGauge: Gauge
     let oldestGauge: Gauge
     private let gaugesRefreshedAt = Mutex<ContinuousClock.Instant?>(nil)
-    /// Whether Apple accepts our key, per environment.
-    let keyFaults: KeyFaults
     /// What the sweep shares with the notification poller (which the daemon's wiring builds beside it).
     public let context: EntitlementContext
 
@@ -63,19 +51,8 @@ public final class EntitlementRechecker: Service {
     /// A sweep over `context` (built once by the wiring and shared with the notification poller).
     public init(context: EntitlementContext) {
         self.context = context
-        configuration = context.configuration
-        http = context.http
-        client = context.client
-        verifier = context.verifier
-        store = context.store
-        pacers = context.pacers
-        logger = context.logger
-        metrics = context.metrics
-        revokedTotal = context.revokedTotal
-        restoredTotal = context.restoredTotal
-        keyFaults = context.keyFaults
-        dueGauge = metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
-        oldestGauge = metrics.gauge("entitlement_oldest_overdue_seconds",
+        dueGauge = context.metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
+        oldestGauge = context.metrics.gauge("entitlement_oldest_overdue_seconds",
                                     help: "How long the most overdue entitlement check has waited (0 when none is due).")
         for result in ["active", "revoked", "restored", "not_found", "rate_limited", "unauthorized", "server_error", "transport_error"] {
             count(result, increment: false)
@@ -94,26 +71,26 @@ public final class EntitlementRechecker: Service {
     static func inFlightLimit(rate: Double) -> Int { min(256, max(2, Int((rate * 2).rounded(.up)))) }
 
     func count(_ result: String, increment: Bool = true, by amount: Int = 1) {
-        let counter = metrics.counter("entitlement_checks_total", help: "Entitlement re-checks by result (refusal reasons included).",
+        let counter = context.metrics.counter("entitlement_checks_total", help: "Entitlement re-checks by result (refusal reasons included).",
                                       labels: ["result": result])
         if increment { counter.increment(by: Double(amount)) }
     }
 
-    var backoffCap: Duration { configuration.failureBackoffCap ?? configuration.recheckInterval }
+    var backoffCap: Duration { context.configuration.failureBackoffCap ?? context.configuration.recheckInterval }
 
     /// One pass: every due row, environment by environment in parallel, until none is due or the task is cancelled
     /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the lock.
     public func runOnce() async throws -> PassSummary {
-        try await store.withSingletonLease("entitlements") { try await self.pass() } ?? PassSummary()
+        try await context.store.withSingletonLease("entitlements") { try await self.pass() } ?? PassSummary()
     }
 
     private func pass() async throws -> PassSummary {
         var summary = PassSummary(ranPass: true)
-        let untrusted = try await store.failUntrustedEnvironments(base: configuration.failureBackoff, cap: backoffCap)
+        let untrusted = try await context.store.failUntrustedEnvironments(base: context.configuration.failureBackoff, cap: backoffCap)
         if untrusted > 0 {
             count(SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue, by: untrusted)
             summary.failed += untrusted
-            logger.warning("entitlements from an environment Apple does not sign (Xcode, LocalTesting); never trusted",
+            context.logger.warning("entitlements from an environment Apple does not sign (Xcode, LocalTesting); never trusted",
                            metadata: ["appstore.count": "\(untrusted)"])
         }
         let lanes = try await withThrowingTaskGroup(of: PassSummary.self) { group in
@@ -139,7 +116,7 @@ public final class EntitlementRechecker: Service {
     /// One environment's lane: claim a batch, give each row a rate slot and an in-flight place, claim the next batch as
     /// soon as this one is dispatched; stop when nothing is due, on a pause (remaining rows given back) or on cancellation.
     private func sweep(_ environment: AppStoreEnvironment) async throws -> PassSummary {
-        guard let pacer = pacers[environment] else { return PassSummary() }
+        guard let pacer = context.pacers[environment] else { return PassSummary() }
         let batch = max(10, min(500, Int(pacer.rate * 2)))
         let limit = Self.inFlightLimit(rate: pacer.rate)
         var summary = PassSummary()
@@ -160,13 +137,13 @@ public final class EntitlementRechecker: Service {
                 }
             }
             claiming: while !Task.isCancelled && !pacer.isPaused {
-                let rows = try await store.claim(environment: environment.rawValue, limit: batch, lease: configuration.claimLease)
+                let rows = try await context.store.claim(environment: environment.rawValue, limit: batch, lease: context.configuration.claimLease)
                 await refreshGauges(force: false)
                 if rows.isEmpty { break }
                 for (index, row) in rows.enumerated() {
                     while inFlight >= limit, let outcome = try await group.next() { take(outcome) }
                     guard await pacer.acquire() else {
-                        try await store.release(Array(rows[index...]))
+                        try await context.store.release(Array(rows[index...]))
                         break claiming
                     }
                     inFlight += 1
@@ -184,62 +161,62 @@ public final class EntitlementRechecker: Service {
     /// Looks one claimed row up, verifies the answer and records the outcome on the row.
     private func check(_ row: EntitlementStore.Claimed, in environment: AppStoreEnvironment, pacer: RatePacer) async throws -> Outcome {
         let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": row.environment]
-        let answer = await client.transaction(id: row.transactionId, environment: environment)
+        let answer = await context.client.transaction(id: row.transactionId, environment: environment)
         if Task.isCancelled {
             // Stopping: the answer may be a cancellation, not Apple's; the row is due again as it was.
-            try await store.release([row])
+            try await context.store.release([row])
             return .released
         }
         func fail(_ reason: String, notBefore: Date? = nil) async throws -> Outcome {
             count(reason)
-            try await store.recordFailure(id: row.id, reason: reason, base: configuration.failureBackoff, cap: backoffCap, notBefore: notBefore)
+            try await context.store.recordFailure(id: row.id, reason: reason, base: context.configuration.failureBackoff, cap: backoffCap, notBefore: notBefore)
             return .failed
         }
         switch answer {
-        case .signedTransaction, .notFound, .rateLimited: keyFaults.accepted(environment)
+        case .signedTransaction, .notFound, .rateLimited: context.keyFaults.accepted(environment)
         case .unauthorized, .serverError, .transportError: break
         }
         switch answer {
         case .signedTransaction(let jws):
-            let expectation = SignedTransactionVerifier.Expectation(bundleId: configuration.bundleId, productId: row.productId,
+            let expectation = SignedTransactionVerifier.Expectation(bundleId: context.configuration.bundleId, productId: row.productId,
                                                                     originalTransactionId: row.originalTransactionId, environment: row.environment)
             let verified: VerifiedTransaction
             do {
-                verified = try verifier.verify(jws, expecting: expectation)
+                verified = try context.verifier.verify(jws, expecting: expectation)
             } catch {
-                logger.warning("signed transaction refused; entitlement unchanged",
+                context.logger.warning("signed transaction refused; entitlement unchanged",
                                metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
                 return try await fail(error.rawValue)
             }
             return try await apply(verified, to: row, metadata: metadata)
         case .notFound(let code):
-            logger.warning("transaction not found at Apple; entitlement unchanged",
+            context.logger.warning("transaction not found at Apple; entitlement unchanged",
                            metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
             return try await fail("not_found")
         case .rateLimited(let retryAt):
             pacer.pause(untilDate: retryAt)
-            logger.notice("App Store rate limit; pausing this environment",
+            context.logger.notice("App Store rate limit; pausing this environment",
                           metadata: metadata.merging(["appstore.retry_at": retryAt.map { "\(Int64($0.timeIntervalSince1970 * 1000))" } ?? "-"]) { $1 })
             _ = try await fail("rate_limited", notBefore: retryAt)
             return .rateLimited(retryAt ?? Date().addingTimeInterval(60))
         case .unauthorized:
             // Our key, not the row: the environment pauses (with backoff) and the row goes back unchanged.
             count("unauthorized")
-            pacer.pause(until: .now + keyFaults.refused(environment, during: "entitlement check"))
-            try await store.release([row])
+            pacer.pause(until: .now + context.keyFaults.refused(environment, during: "entitlement check"))
+            try await context.store.release([row])
             return .released
         case .serverError(let status):
-            logger.warning("App Store server error; entitlement unchanged", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
+            context.logger.warning("App Store server error; entitlement unchanged", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
             return try await fail("server_error")
         case .transportError(let message):
-            logger.warning("App Store unreachable; entitlement unchanged", metadata: metadata.merging(["error": message]) { $1 })
+            context.logger.warning("App Store unreachable; entitlement unchanged", metadata: metadata.merging(["error": message]) { $1 })
             return try await fail("transport_error")
         }
     }
 
     private func apply(_ verified: VerifiedTransaction, to row: EntitlementStore.Claimed, metadata: LogMetadata) async throws -> Outcome {
         let action = EntitlementDecision.decide(row.state, .lookup(revocation: verified.revocationDate, reason: verified.revocationReason))
-        if let write = action.write { try await store.record(write, id: row.id, interval: configuration.recheckInterval) }
+        if let write = action.write { try await context.store.record(write, id: row.id, interval: context.configuration.recheckInterval) }
         // The check's label says what Apple reported (a revocation re-recorded on a revoked row counts as `revoked`).
         switch action.write {
         case .revoke?: count("revoked")
@@ -249,13 +226,13 @@ public final class EntitlementRechecker: Service {
         }
         switch action.verdict {
         case .revoked:
-            revokedTotal.increment()
-            logger.notice("entitlement revoked (verified refund or revocation)",
+            context.revokedTotal.increment()
+            context.logger.notice("entitlement revoked (verified refund or revocation)",
                           metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
             return .revoked
         case .restored:
-            restoredTotal.increment()
-            logger.notice("entitlement restored (Apple no longer reports a revocation)", metadata: metadata)
+            context.restoredTotal.increment()
+            context.logger.notice("entitlement restored (Apple no longer reports a revocation)", metadata: metadata)
             return .restored
         case .active, .unchanged, .notRevoked, .stillRevoked:
             return .unchanged
@@ -269,19 +246,19 @@ public final class EntitlementRechecker: Service {
             last = .now
             return true
         }
-        guard go, let gauges = try? await store.dueGauges() else { return }
+        guard go, let gauges = try? await context.store.dueGauges() else { return }
         dueGauge.set(Double(gauges.due))
         oldestGauge.set(gauges.oldestOverdueSeconds)
     }
 
     /// How long to rest after a pass: until the next row falls due (or a pause ends), at most a minute, at least 100 ms.
     func restAfterPass() async -> Duration {
-        let cadence = min(Duration.seconds(60), configuration.recheckInterval / 24)
+        let cadence = min(Duration.seconds(60), context.configuration.recheckInterval / 24)
         var rest = cadence
         for environment in Self.environments {
-            guard let due = try? await store.nextDue(environment: environment.rawValue) else { continue }
+            guard let due = try? await context.store.nextDue(environment: environment.rawValue) else { continue }
             var wait = Duration.milliseconds(Int64(max(0, due.timeIntervalSinceNow) * 1000))
-            if let paused = pacers[environment]?.pausedUntil { wait = max(wait, paused - .now) }
+            if let paused = context.pacers[environment]?.pausedUntil { wait = max(wait, paused - .now) }
             rest = min(rest, wait)
         }
         return max(rest, .milliseconds(100))
@@ -303,7 +280,7 @@ struct EntitlementSweep: PeriodicJob {
     func runOnce(until stop: StopSignal) async throws -> EntitlementRechecker.PassSummary {
         let summary = try await rechecker.runOnce()
         if summary.checked > 0 {
-            rechecker.logger.info("entitlement pass", metadata: [
+            rechecker.context.logger.info("entitlement pass", metadata: [
                 "appstore.checked": "\(summary.checked)", "appstore.revoked": "\(summary.revoked)",
                 "appstore.restored": "\(summary.restored)", "appstore.failed": "\(summary.failed)",
             ])
@@ -314,6 +291,6 @@ struct EntitlementSweep: PeriodicJob {
     func rest(after round: EntitlementRechecker.PassSummary?) async -> Duration { await rechecker.restAfterPass() }
 
     func roundFailed(_ error: any Error) {
-        rechecker.logger.warning("entitlement pass failed", metadata: ["error": "\(error)"])
+        rechecker.context.logger.warning("entitlement pass failed", metadata: ["error": "\(error)"])
     }
 }

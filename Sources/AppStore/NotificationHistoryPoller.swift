@@ -24,58 +24,30 @@ public final class NotificationHistoryPoller: PeriodicJob {
         public var verdicts: [String: Int] = [:]
     }
 
-    let configuration: AppStoreConfiguration
-    let client: AppStoreClient
-    let verifier: SignedTransactionVerifier
-    let store: EntitlementStore
-    let pacers: [AppStoreEnvironment: RatePacer]
-    /// Whether Apple accepts our key, per environment (shared with the sweep).
-    private let keyFaults: KeyFaults
-    let logger: Logger
-    let metrics: MetricsRegistry
-    let revokedTotal: Counter
-    let restoredTotal: Counter
-    let now: @Sendable () -> Date
+    /// What the poller shares with the entitlement sweep.
+    let context: EntitlementContext
 
-    init(configuration: AppStoreConfiguration, client: AppStoreClient, verifier: SignedTransactionVerifier, store: EntitlementStore,
-         pacers: [AppStoreEnvironment: RatePacer], logger: Logger, metrics: MetricsRegistry, revokedTotal: Counter, restoredTotal: Counter,
-         keyFaults: KeyFaults, now: @escaping @Sendable () -> Date) {
-        self.keyFaults = keyFaults
-        self.configuration = configuration
-        self.client = client
-        self.verifier = verifier
-        self.store = store
-        self.pacers = pacers
-        self.logger = logger
-        self.metrics = metrics
-        self.revokedTotal = revokedTotal
-        self.restoredTotal = restoredTotal
-        self.now = now
+    /// The poller over the context the sweep also uses (nil when `notificationHistory` is off).
+    public init?(context: EntitlementContext) {
+        guard context.configuration.notificationHistory else { return nil }
+        self.context = context
         for type in Self.types {
             for verdict in ["revoked", "restored", "unchanged"] { count(type, verdict, increment: false) }
         }
-    }
-
-    /// The poller over the context the sweep also uses (nil when `notificationHistory` is off).
-    public convenience init?(context: EntitlementContext) {
-        guard context.configuration.notificationHistory else { return nil }
-        self.init(configuration: context.configuration, client: context.client, verifier: context.verifier, store: context.store,
-                  pacers: context.pacers, logger: context.logger, metrics: context.metrics, revokedTotal: context.revokedTotal,
-                  restoredTotal: context.restoredTotal, keyFaults: context.keyFaults, now: context.now)
     }
 
     /// How far back Apple keeps history: 180 days in production, 30 in sandbox (an hour's margin kept).
     static func retention(_ environment: AppStoreEnvironment) -> TimeInterval { (environment == .sandbox ? 30 : 180) * 86_400 - 3600 }
 
     func count(_ type: String, _ verdict: String, increment: Bool = true) {
-        let counter = metrics.counter("appstore_notifications_total", help: "App Store notifications read from the history, by type and verdict.",
+        let counter = context.metrics.counter("appstore_notifications_total", help: "App Store notifications read from the history, by type and verdict.",
                                       labels: ["type": type, "verdict": verdict])
         if increment { counter.increment() }
     }
 
     /// Polls every environment and type once; nothing when another instance holds the poller's lock.
     public func pollOnce() async throws -> PollSummary {
-        try await store.withSingletonLease("appstore-notifications") {
+        try await context.store.withSingletonLease("appstore-notifications") {
             var summary = PollSummary()
             for environment in EntitlementRechecker.environments {
                 for type in Self.types where !Task.isCancelled {
@@ -91,22 +63,22 @@ public final class NotificationHistoryPoller: PeriodicJob {
     public func runOnce(until stop: StopSignal) async throws -> PollSummary {
         let summary = try await pollOnce()
         if summary.notifications > 0 {
-            logger.info("notification history read", metadata: [
+            context.logger.info("notification history read", metadata: [
                 "appstore.notifications": "\(summary.notifications)",
                 "appstore.verdicts": summary.verdicts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","),
             ])
         }
         return summary
     }
-    public func rest(after round: PollSummary?) async -> Duration { configuration.notificationPollInterval }
-    public func roundFailed(_ error: any Error) { logger.warning("notification history poll failed", metadata: ["error": "\(error)"]) }
+    public func rest(after round: PollSummary?) async -> Duration { context.configuration.notificationPollInterval }
+    public func roundFailed(_ error: any Error) { context.logger.warning("notification history poll failed", metadata: ["error": "\(error)"]) }
 
     private func poll(environment: AppStoreEnvironment, type: String, summary: inout PollSummary) async throws {
-        guard let pacer = pacers[environment] else { return }
-        let instant = now()
+        guard let pacer = context.pacers[environment] else { return }
+        let instant = context.now()
         let earliest = instant.addingTimeInterval(-Self.retention(environment))
-        var checkpoint = try await store.checkpoint(environment: environment.rawValue, type: type)
-            ?? .init(start: instant.addingTimeInterval(-min(configuration.recheckInterval.asSeconds, Self.retention(environment))))
+        var checkpoint = try await context.store.checkpoint(environment: environment.rawValue, type: type)
+            ?? .init(start: instant.addingTimeInterval(-min(context.configuration.recheckInterval.asSeconds, Self.retention(environment))))
         if checkpoint.start < earliest {
             // Down longer than Apple keeps history: the sweep covers what is older.
             checkpoint = .init(start: earliest)
@@ -117,10 +89,10 @@ public final class NotificationHistoryPoller: PeriodicJob {
         let metadata: LogMetadata = ["appstore.environment": environment.rawValue, "appstore.notification_type": type]
         while !Task.isCancelled {
             guard await pacer.acquire() else { return }
-            switch await client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
+            switch await context.client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
                                                     paginationToken: token) {
             case .page(let page):
-                keyFaults.accepted(environment)
+                context.keyFaults.accepted(environment)
                 summary.pages += 1
                 for signedPayload in page.signedPayloads {
                     let verdict = try await apply(signedPayload, type: type, environment: environment.rawValue)
@@ -130,32 +102,32 @@ public final class NotificationHistoryPoller: PeriodicJob {
                 }
                 if page.hasMore, let next = page.paginationToken {
                     token = next
-                    try await store.save(.init(start: checkpoint.start, end: end, paginationToken: next), environment: environment.rawValue, type: type)
+                    try await context.store.save(.init(start: checkpoint.start, end: end, paginationToken: next), environment: environment.rawValue, type: type)
                 } else {
                     let nextStart = max(checkpoint.start, end.addingTimeInterval(-Self.overlap))
-                    try await store.save(.init(start: nextStart), environment: environment.rawValue, type: type)
+                    try await context.store.save(.init(start: nextStart), environment: environment.rawValue, type: type)
                     return
                 }
             case .badRequest(let code?) where Self.tokenErrors.contains(code) && token != nil:
-                logger.notice("notification history token refused; reading the window again", metadata: metadata)
+                context.logger.notice("notification history token refused; reading the window again", metadata: metadata)
                 token = nil
-                try await store.save(.init(start: checkpoint.start, end: end), environment: environment.rawValue, type: type)
+                try await context.store.save(.init(start: checkpoint.start, end: end), environment: environment.rawValue, type: type)
             case .badRequest(let code):
-                logger.error("notification history request refused", metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
+                context.logger.error("notification history request refused", metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
                 return
             case .rateLimited(let retryAt):
                 pacer.pause(untilDate: retryAt)
-                logger.notice("App Store rate limit on notification history; pausing this environment", metadata: metadata)
+                context.logger.notice("App Store rate limit on notification history; pausing this environment", metadata: metadata)
                 return
             case .unauthorized:
-                pacer.pause(until: .now + keyFaults.refused(environment, during: "notification history"))
+                pacer.pause(until: .now + context.keyFaults.refused(environment, during: "notification history"))
                 return
             case .serverError(let status):
-                logger.warning("notification history: App Store server error", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
+                context.logger.warning("notification history: App Store server error", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
                 return
             case .transportError(let message):
                 if !Task.isCancelled {
-                    logger.warning("notification history: App Store unreachable", metadata: metadata.merging(["error": message]) { $1 })
+                    context.logger.warning("notification history: App Store unreachable", metadata: metadata.merging(["error": message]) { $1 })
                 }
                 return
             }
@@ -166,40 +138,40 @@ public final class NotificationHistoryPoller: PeriodicJob {
     func apply(_ signedPayload: String, type: String, environment: String) async throws -> String {
         let notification: VerifiedNotification
         do {
-            notification = try verifier.verifyNotification(signedPayload, type: type, bundleId: configuration.bundleId, environment: environment)
+            notification = try context.verifier.verifyNotification(signedPayload, type: type, bundleId: context.configuration.bundleId, environment: environment)
         } catch {
-            logger.warning("notification refused; nothing changed", metadata: ["appstore.refusal": error.rawValue, "appstore.notification_type": type])
+            context.logger.warning("notification refused; nothing changed", metadata: ["appstore.refusal": error.rawValue, "appstore.notification_type": type])
             return error.rawValue
         }
         guard let original = SignedTransactionVerifier.claimedOriginalTransactionId(notification.signedTransactionInfo) else {
             return SignedTransactionVerifier.Refusal.malformedPayload.rawValue
         }
-        guard let row = try await store.row(originalTransactionId: original) else { return "no_entitlement" }
+        guard let row = try await context.store.row(originalTransactionId: original) else { return "no_entitlement" }
         let metadata: LogMetadata = ["entitlement.id": row.id, "appstore.environment": environment, "appstore.notification_type": type]
         // Someone else's revocation: decided before the transaction is even verified (nothing will be written).
         guard !row.state.isOthers else { return EntitlementDecision.Verdict.unchanged.rawValue }
         let verified: VerifiedTransaction
         do {
-            verified = try verifier.verify(notification.signedTransactionInfo, expecting: .init(
-                bundleId: configuration.bundleId, productId: row.productId, originalTransactionId: row.originalTransactionId,
+            verified = try context.verifier.verify(notification.signedTransactionInfo, expecting: .init(
+                bundleId: context.configuration.bundleId, productId: row.productId, originalTransactionId: row.originalTransactionId,
                 environment: row.environment))
         } catch {
-            logger.warning("notification's transaction refused; entitlement unchanged", metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
+            context.logger.warning("notification's transaction refused; entitlement unchanged", metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
             return error.rawValue
         }
         let evidence: EntitlementDecision.Evidence = type == "REFUND"
             ? .refund(revocation: verified.revocationDate, reason: verified.revocationReason)
             : .reversal(signedAt: notification.signedDate, revocation: verified.revocationDate)
         let action = EntitlementDecision.decide(row.state, evidence)
-        if let write = action.write { try await store.record(write, id: row.id, interval: configuration.recheckInterval) }
+        if let write = action.write { try await context.store.record(write, id: row.id, interval: context.configuration.recheckInterval) }
         switch action.verdict {
         case .revoked:
-            revokedTotal.increment()
-            logger.notice("entitlement revoked (verified REFUND notification)",
+            context.revokedTotal.increment()
+            context.logger.notice("entitlement revoked (verified REFUND notification)",
                           metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
         case .restored:
-            restoredTotal.increment()
-            logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)
+            context.restoredTotal.increment()
+            context.logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)
         case .active, .unchanged, .notRevoked, .stillRevoked:
             break
         }

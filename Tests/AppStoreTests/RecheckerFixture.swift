@@ -20,7 +20,7 @@ extension EntitlementRechecker {
     var history: NotificationHistoryPoller? { NotificationHistoryPoller(context: context) }
 
     /// Tests: closes the HTTP client the convenience initializer built.
-    func shutdown() { http.shutdown() }
+    func shutdown() { context.http.shutdown() }
 
     /// Tests: runs as the daemon does until the task is cancelled (cancellation requests the stop).
     func run() async {
