@@ -134,6 +134,22 @@ struct EngineStateMachineTests {
         #expect(!machine.hasRoom(1_000))  // capped at the whole high-water mark, and 2 are still queued
     }
 
+    @Test func starved_whileSendsAreQueuedBehindSlotsHeldBySendingOrUnwrittenWork() {
+        var machine = Machine(slots: 2, highWater: 8)
+        let (_, sends) = Self.claim(&machine, devices: 3)
+        #expect(!machine.isStarved)  // nothing queued yet
+        _ = machine.enqueue(sends)
+        let started = Self.started(&machine)
+        #expect(started.count == 2)
+        #expect(machine.isStarved)  // one queued, both slots sending
+        let answers = started.flatMap { machine.answered($0, .sent(messageName: "m")) }
+        #expect(machine.isStarved)  // answered but unwritten still holds the slots
+        machine.written(Self.receipt(answers))
+        #expect(!machine.isStarved)  // slots free: the queued send can start
+        #expect(Self.started(&machine).count == 1)
+        #expect(!machine.isStarved)  // nothing queued
+    }
+
     @Test func roomLargerThanTheHighWaterMark_isCappedAtIt() {
         let machine = Machine(slots: 1, highWater: 4)
         #expect(machine.hasRoom(1_000))

@@ -8,8 +8,8 @@ import Timekeeping
 
 /// Writes what the pipeline learned, in bounded batches: delivery outcomes as FCM answers them, and each
 /// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle writer
-/// flushes `completerFlushDelay` after the first item unless a batch's worth is already there; items arriving
-/// during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
+/// flushes `completerFlushDelay` after the first item unless a batch's worth is already there or sends are
+/// waiting for the slots its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
 /// answered delivery holds a send slot until its flush is over, so the buffer never outgrows `MAX_IN_FLIGHT`
 /// outcomes plus the settlements and releases that go with them.
 final class Completer: Sendable {
@@ -60,9 +60,13 @@ final class Completer: Sendable {
     private let state = Mutex(State())
     /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
     private let eagerCount: Int
+    /// Whether sends are queued behind full slots (the books' `isStarved`): then the writer never lingers.
+    private let isStarved: @Sendable () -> Bool
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, onSettled: @escaping @Sendable () -> Void) {
+         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, isStarved: @escaping @Sendable () -> Bool = { false },
+         onSettled: @escaping @Sendable () -> Void) {
+        self.isStarved = isStarved
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
@@ -113,6 +117,9 @@ final class Completer: Sendable {
         }
         waiter?.resume()
     }
+
+    /// The writer is idle, parked until the next item.
+    var isParked: Bool { state.withLock { $0.waiter != nil } }
 
     /// Logs and counts an answer (outside the engine's lock).
     func report(_ send: PendingSend, _ outcome: SendOutcome) {
@@ -171,12 +178,16 @@ final class Completer: Sendable {
 
     /// Flushes until closed and empty, reporting each flush's receipt to `written` (done, refused item by item,
     /// or given up at the stop deadline), which frees the slots its deliveries held. Lingers
-    /// `completerFlushDelay` only when the first item arrives at an idle writer and less than a batch is there.
+    /// `completerFlushDelay` only when the first item arrives at an idle writer, less than a batch is there, and
+    /// no send is waiting for a slot.
     func run(written: @Sendable (EngineStateMachine.Receipt) -> Void) async {
         while true {
             guard let parked = await waitForItems() else { return }
             let eager = state.withLock { $0.buffered >= eagerCount || $0.closed }
-            if parked && !eager { try? await Task.sleep(for: configuration.completerFlushDelay) }
+            // Lingering gathers a larger batch only while it costs nobody: when sends are waiting for the slots
+            // these outcomes hold, every moment of it is a moment of sending lost, so the write starts at once
+            // (and under a backlog the batch is what answered during the last write).
+            if parked && !eager && !isStarved() { try? await Task.sleep(for: configuration.completerFlushDelay) }
             let entries = state.withLock { $0.take(upTo: configuration.completerFlushCount) }
             var batch = OutboxStore.Completion()
             var receipt = EngineStateMachine.Receipt()

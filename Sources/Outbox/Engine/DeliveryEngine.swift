@@ -22,7 +22,7 @@ public struct DeliveryEngineConfiguration: Sendable {
     public var eventMaxAge = Duration.seconds(24 * 3600)
     public var backoff = Backoff()
     /// Results are written this long after the first one arrives at an idle writer, or at once when half the
-    /// send slots' worth is waiting.
+    /// send slots' worth is waiting or sends are queued behind full slots.
     public var completerFlushDelay = Duration.milliseconds(2)
     /// Most items one completer transaction writes (its size, and so its time, stay bounded under any backlog).
     public var completerFlushCount = 512
@@ -82,7 +82,7 @@ public final class DeliveryEngine: Service {
         let wake = self.wake
         let turn = WriteTurn()
         let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
-                                  maxWriteAttempts: untilIdle ? 40 : nil, onSettled: { wake.wake() })
+                                  maxWriteAttempts: untilIdle ? 40 : nil, isStarved: { book.isStarved }, onSettled: { wake.wake() })
         let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, margin: configuration.lease / 3,
                                     onProgress: onProgress)
         let claimer = Claimer(store: store, dispatcher: dispatcher, completer: completer, configuration: configuration, logger: logger)

@@ -52,6 +52,8 @@ final class EngineBook: Sendable {
     var load: Int { state.withLock { $0.machine.load } }
     /// Sends started and not yet answered.
     var sending: Int { state.withLock { $0.machine.sending } }
+    /// Sends wait for a slot while every slot is held (sending or answered-unwritten).
+    var isStarved: Bool { state.withLock { $0.machine.isStarved } }
     /// Groups held between claim and their written end.
     var groupCount: Int { state.withLock { $0.machine.groups.count } }
 

@@ -101,6 +101,8 @@ struct EngineStateMachine: Sendable {
     var queued: Int { queue.count - head }
     /// What counts against the high-water mark: queued, sending and answered-unwritten deliveries.
     var load: Int { queued + sending + unwritten }
+    /// Sends are queued and every slot is held: only a written outcome lets the next one start.
+    var isStarved: Bool { queued > 0 && sending + unwritten >= slots }
     /// Nothing held: no group between claim and its written end.
     var isIdle: Bool { groups.isEmpty }
 
