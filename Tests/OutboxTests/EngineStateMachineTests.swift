@@ -362,7 +362,7 @@ struct EngineStateMachineTests {
                                  displayName: "n", lease: sends[0].delivery.lease)
         let (id, _) = machine.open(events: [event], eventKey: sends[0].delivery.eventKey, deliveries: sends.map(\.delivery),
                                    leaseDeadline: start + lease)
-        _ = machine.enqueue(sends.map { var send = $0; send.group = id; return send })
+        _ = machine.enqueue(sends.map { PendingSend(group: id, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
         // Renewed at start + 3 s (confirmed by the database): the lease now lapses at start + 9 s.
         machine.renewed(events: [.init(id: "1", lease: event.lease)], deadline: start + .seconds(3) + lease)
         #expect(Self.kinds(machine.next(now: start + .seconds(5), margin: lease / 3)) == ["send"])

@@ -127,13 +127,22 @@ public struct DeliveryResult: Sendable {
     }
 }
 
-/// One send waiting for a slot: the delivery, its push, and the event group it belongs to.
-struct PendingSend: Sendable {
-    var group: EventGroupID
-    var delivery: ClaimedDelivery
-    var push: DoseTakenPush
+/// One send waiting for a slot: the delivery, its push, and the event group it belongs to. Immutable and
+/// shared: it passes through the queue, the send's callback, the answer and the write, and a copy of the
+/// reference is one retain where a copy of its fifteen strings was fifteen.
+final class PendingSend: Sendable {
+    let group: EventGroupID
+    let delivery: ClaimedDelivery
+    let push: DoseTakenPush
     /// The event's `"createdAt"`, for `push_delivery_latency_seconds`.
-    var createdAt: Date?
+    let createdAt: Date?
+
+    init(group: EventGroupID, delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date? = nil) {
+        self.group = group
+        self.delivery = delivery
+        self.push = push
+        self.createdAt = createdAt
+    }
 }
 
 /// Identifies the events of one claim that share an eventKey (normally one event).
