@@ -69,6 +69,8 @@ public final class HTTPClient: Sendable {
         // PIPEWAIT makes transfers wait for the first connection's ALPN: on HTTP/2 they multiplex
         // (a new connection only past MAX_CONCURRENT_STREAMS); on HTTP/1.1 they may use up to
         // maxInFlight connections instead of queueing behind one.
+        // Once a server is known to speak HTTP/2, the driver lowers this to what multiplexing needs
+        // (`multiplexedHostConnections`).
         _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
         let driver = Driver(client: self)
         OSThread.start(name: "http-multi") { [finished] in driver.run(); finished.signal() }
@@ -165,6 +167,8 @@ public final class HTTPClient: Sendable {
         var idle: [CurlTransfer] = []
         /// The sockets of the transfers in progress, as `TransferSockets` reads them each turn.
         var socketScratch = [Int32](repeating: -1, count: 64)
+        /// An answer came over HTTP/2, and the host connection limit is the multiplexed one.
+        var multiplexed = false
 
         init(client: HTTPClient) { self.client = client }
 
@@ -300,6 +304,10 @@ public final class HTTPClient: Sendable {
                 }
                 running.removeValue(forKey: transfer.id)
                 let result = transfer.finish(code)
+                if !multiplexed, case .success(let response) = result, response.httpVersion == "2" {
+                    multiplexed = true
+                    _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, client.configuration.multiplexedHostConnections)
+                }
                 idle.append(transfer)
                 transfer.complete(result)
             }

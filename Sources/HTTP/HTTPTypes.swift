@@ -100,6 +100,13 @@ public struct HTTPClientConfiguration: Sendable {
     /// turn): an HTTP/2 send is then not two segments of its own. Off, every frame is sent as it is written.
     public var coalesceWrites = true
 
+    /// Connections to one HTTP/2 host: enough streams for `maxInFlight`, and one more for the turnover after a
+    /// GOAWAY. Past `maxStreamsPerConnection`, libcurl 7.88 opens a connection for every waiting transfer
+    /// (102 connections at 200 in flight); with this bound they wait for a stream instead.
+    public var multiplexedHostConnections: Int {
+        (max(1, maxInFlight) + max(1, maxStreamsPerConnection) - 1) / max(1, maxStreamsPerConnection) + 1
+    }
+
     public init(maxInFlight: Int = 100, connectTimeout: Duration = .seconds(10), requestTimeout: Duration = .seconds(30),
                 caFile: String? = nil, maxStreamsPerConnection: Int = 100) {
         self.maxInFlight = maxInFlight

@@ -10,7 +10,7 @@ import Testing
 @Suite("HTTP/2 multiplexing against nginx")
 struct HTTP2Tests {
     /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
-    static func rig(keepaliveRequests: Int = 1_000_000) throws -> (Nginx, FCMSender, String) {
+    static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100) throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
         let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
                               keepaliveRequests: keepaliveRequests)
@@ -18,7 +18,7 @@ struct HTTP2Tests {
         let base = "https://127.0.0.1:\(nginx.port)"
         let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
         let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
-                                                                   http: HTTPClientConfiguration(maxInFlight: 100, caFile: fixtures.caFile)),
+                                                                   http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
                                    logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
         return (nginx, sender, base)
     }
@@ -62,5 +62,21 @@ struct HTTP2Tests {
         let answered = nginx.accessLog.filter { $0.contains("messages:send") }
         #expect(answered.count == 1000)
         #expect(sender.http.connectionsOpened >= 20)
+    }
+
+    /// More in flight than one connection's streams (250 at 100 streams each): the sends share 3 connections plus
+    /// one for turnover, where libcurl 7.88 would otherwise open a connection for each transfer past the first 100.
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func moreInFlightThanAConnectionsStreams_opensOnlyTheConnectionsMultiplexingNeeds() async throws {
+        let (nginx, sender, _) = try Self.rig(maxInFlight: 250)
+        defer { nginx.stop(); sender.shutdown() }
+        #expect(sender.http.configuration.multiplexedHostConnections == 4)
+        let first = await Self.sendThousand(sender)
+        let second = await Self.sendThousand(sender)
+        let failures = (first + second).filter { if case .sent = $0 { false } else { true } }
+        #expect(failures.isEmpty, "\(failures.prefix(3))")
+        #expect(nginx.accessLog.filter { $0.contains("messages:send") }.count == 2000)
+        // Before any HTTP/2 answer the protocol is unknown, so the first wave may open a few connections at most.
+        #expect(sender.http.connectionsOpened <= 4, "\(sender.http.connectionsOpened) connections")
     }
 }
