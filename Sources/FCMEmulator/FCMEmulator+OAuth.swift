@@ -49,7 +49,12 @@ extension FCMEmulator {
             || scopes.contains("https://www.googleapis.com/auth/cloud-platform") else {
             return refuse("invalid_scope", "Invalid OAuth scope or ID token audience provided.")
         }
-        let token = "ya29.emulated-" + UUID().uuidString.lowercased()
+        var token = "ya29.emulated-" + UUID().uuidString.lowercased()
+        if let length = configuration.tokenBytes, length > token.utf8.count {
+            // Padded with token characters (RFC 6750 b64token) to the configured length.
+            let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+            token += "." + String((0..<(length - token.utf8.count - 1)).map { _ in alphabet.randomElement()! })
+        }
         let lifetime = configuration.tokenLifetime
         state.withLock { s in
             s.issued[token] = Date().addingTimeInterval(TimeInterval(lifetime))

@@ -21,6 +21,9 @@ public final class FCMEmulator: Sendable {
         public var clientEmail: String?
         /// `expires_in` of issued access tokens.
         public var tokenLifetime = 3600
+        /// Length of issued access tokens (nil: a short one). Google's are opaque and long: service-account tokens
+        /// run to about a kilobyte, and Google documents room for 2,048 bytes.
+        public var tokenBytes: Int?
         /// Added to every send, to emulate a slow FCM.
         public var latency: Duration = .zero
         /// Keep every accepted message body (tests); off for long benchmarks.

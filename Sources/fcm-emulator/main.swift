@@ -6,6 +6,7 @@ import HTTPServer
 //   fcm-emulator --public-key sa.pub [--cert server.pem --key server.key] [--host 127.0.0.1] [--port 0]
 //                [--latency-ms 0] [--no-record] [--unavailable-seconds N [--unavailable-retry-after S]]
 //                [--refuse-tokens-seconds N]   (the token endpoint answers invalid_grant for the first N seconds)
+//                [--token-bytes N]             (issued access tokens are N bytes long, as Google's ~1 KB ones)
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
 
 func fail(_ message: String) -> Never {
@@ -35,6 +36,10 @@ configuration.host = options["--host"] ?? "127.0.0.1"
 configuration.port = UInt16(options["--port"] ?? "0") ?? 0
 configuration.latency = .milliseconds(Int(options["--latency-ms"] ?? "0") ?? 0)
 configuration.recordMessages = !flags.contains("--no-record")
+if let bytes = options["--token-bytes"] {
+    guard let length = Int(bytes), (1...8192).contains(length) else { fail("--token-bytes must be 1...8192, got \(bytes)") }
+    configuration.tokenBytes = length
+}
 configuration.unavailableFor = .seconds(Int(options["--unavailable-seconds"] ?? "0") ?? 0)
 if let retryAfter = options["--unavailable-retry-after"].flatMap(Int.init) { configuration.unavailableRetryAfter = .seconds(retryAfter) }
 let emulator: FCMEmulator
