@@ -22,6 +22,8 @@ final class CurlTransfer {
     var resends = 0
     /// The request in progress: its id and who waits for it.
     var id: UInt64 = 0
+    /// The server this transfer goes to, while that server's protocol is not known yet.
+    var probing: Substring?
     private var completion: HTTPClient.Completion?
 
     init(configuration: HTTPClientConfiguration, caBundlePath: String?) throws(HTTPError) {

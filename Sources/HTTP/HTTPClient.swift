@@ -169,6 +169,15 @@ public final class HTTPClient: Sendable {
         var socketScratch = [Int32](repeating: -1, count: 64)
         /// An answer came over HTTP/2, and the host connection limit is the multiplexed one.
         var multiplexed = false
+        /// Servers (scheme://authority) that have answered, and whether over HTTP/2.
+        var protocols: [Substring: Bool] = [:]
+        /// Transfers in progress to servers that have not answered yet. Until a server's first answer tells whether
+        /// it multiplexes, at most one connection's streams go to it: more would each open a connection of their own.
+        var probing: [Substring: Int] = [:]
+        /// The last URL found to go to a server already known (most requests go to one endpoint).
+        var lastKnownURL = ""
+        /// The queue's first request waits for its server's first answer (so the driver may sleep until one comes).
+        var headWaitsForProtocol = false
 
         init(client: HTTPClient) { self.client = client }
 
@@ -194,7 +203,7 @@ public final class HTTPClient: Sendable {
                 if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
-                    let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight
+                    let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight && !headWaitsForProtocol
                     state.polling = !canAdmit && state.cancelled.isEmpty && !state.cancelAllRequested && !state.stopping
                     return state.polling
                 }
@@ -231,8 +240,23 @@ public final class HTTPClient: Sendable {
                 }
                 for item in refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
                 let room = max(0, client.configuration.maxInFlight - running.count)
-                turn.admit = Array(state.queued.prefix(room))
-                state.queued.removeFirst(turn.admit.count)
+                var admitted = 0
+                var probes: [Substring: Int] = [:]
+                headWaitsForProtocol = false
+                for item in state.queued {
+                    if admitted == room { break }
+                    if let server = unknownServer(of: item.request.url) {
+                        let inProgress = probing[server, default: 0] + probes[server, default: 0]
+                        if inProgress >= client.configuration.maxStreamsPerConnection {
+                            headWaitsForProtocol = true
+                            break
+                        }
+                        probes[server, default: 0] += 1
+                    }
+                    admitted += 1
+                }
+                turn.admit = Array(state.queued.prefix(admitted))
+                state.queued.removeFirst(admitted)
                 return turn
             }
         }
@@ -241,6 +265,7 @@ public final class HTTPClient: Sendable {
         private func abandon(_ ids: [UInt64], _ multi: UnsafeMutableRawPointer) {
             for id in ids {
                 guard let transfer = running.removeValue(forKey: id) else { continue }
+                endProbe(transfer)
                 curl_multi_remove_handle(multi, transfer.easy)
                 transfer.complete(.failure(HTTPError(.cancelled, "request cancelled")))
             }
@@ -256,11 +281,48 @@ public final class HTTPClient: Sendable {
                     transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
                 }
                 try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
+                transfer.probing = unknownServer(of: item.request.url)
+                if let probing = transfer.probing { self.probing[probing, default: 0] += 1 }
                 running[item.id] = transfer
                 curl_multi_add_handle(multi, transfer.easy)
             } catch {
                 item.completion(.failure(error))
             }
+        }
+
+        /// `scheme://authority` of a URL: what libcurl keeps connections to.
+        static func server(of url: String) -> Substring {
+            guard let scheme = url.firstRange(of: "://") else { return url[...] }
+            let rest = url[scheme.upperBound...]
+            return url[..<(rest.firstIndex(of: "/") ?? url.endIndex)]
+        }
+
+        /// The server of `url` when it has not answered yet; nil once its protocol is known.
+        private func unknownServer(of url: String) -> Substring? {
+            if url == lastKnownURL { return nil }
+            let server = Self.server(of: url)
+            guard protocols[server] != nil else { return server }
+            lastKnownURL = url
+            return nil
+        }
+
+        /// A server's first answer: its protocol is known, and once any server speaks HTTP/2 the host connection limit
+        /// is what multiplexing needs (servers answering HTTP/1.1 alone keep `maxInFlight`).
+        private func learn(_ server: Substring, multiplexes: Bool, _ multi: UnsafeMutableRawPointer) {
+            protocols[server] = multiplexes
+            headWaitsForProtocol = false
+            if multiplexes && !multiplexed {
+                multiplexed = true
+                _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, client.configuration.multiplexedHostConnections)
+            }
+        }
+
+        private func endProbe(_ transfer: CurlTransfer) {
+            guard let server = transfer.probing else { return }
+            transfer.probing = nil
+            probing[server, default: 1] -= 1
+            if probing[server] == 0 { probing.removeValue(forKey: server) }
+            headWaitsForProtocol = false
         }
 
         /// Shutting down: fail everything still queued or running.
@@ -304,10 +366,10 @@ public final class HTTPClient: Sendable {
                 }
                 running.removeValue(forKey: transfer.id)
                 let result = transfer.finish(code)
-                if !multiplexed, case .success(let response) = result, response.httpVersion == "2" {
-                    multiplexed = true
-                    _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, client.configuration.multiplexedHostConnections)
+                if let server = transfer.probing, case .success(let response) = result {
+                    learn(server, multiplexes: response.httpVersion == "2", multi)
                 }
+                endProbe(transfer)
                 idle.append(transfer)
                 transfer.complete(result)
             }

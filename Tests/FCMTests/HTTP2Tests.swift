@@ -1,4 +1,6 @@
 import FCM
+import FCMEmulator
+import HTTPServer
 import Foundation
 import HTTP
 import Logging
@@ -10,13 +12,16 @@ import Testing
 @Suite("HTTP/2 multiplexing against nginx")
 struct HTTP2Tests {
     /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
-    static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100) throws -> (Nginx, FCMSender, String) {
+    /// `tokenEndpoint`: where access tokens come from (default: nginx itself, over HTTP/2).
+    static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100, tokenEndpoint: String? = nil,
+                    keys: (privatePEM: String, publicPEM: String)? = nil) throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
         let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
                               keepaliveRequests: keepaliveRequests)
-        let keys = try fixtures.rsaKeyPair()
+        let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
-        let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: base + "/token"))
+        let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM,
+                                                                                    tokenURI: tokenEndpoint ?? base + "/token"))
         let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
                                                                    http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
                                    logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
@@ -58,7 +63,7 @@ struct HTTP2Tests {
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender)
         let failures = outcomes.filter { if case .sent = $0 { false } else { true } }
-        #expect(failures.isEmpty, "\(failures.prefix(3))")
+        #expect(failures.isEmpty, "\(failures.count) failed, first: \(failures.prefix(1))")
         let answered = nginx.accessLog.filter { $0.contains("messages:send") }
         #expect(answered.count == 1000)
         #expect(sender.http.connectionsOpened >= 20)
@@ -74,9 +79,29 @@ struct HTTP2Tests {
         let first = await Self.sendThousand(sender)
         let second = await Self.sendThousand(sender)
         let failures = (first + second).filter { if case .sent = $0 { false } else { true } }
-        #expect(failures.isEmpty, "\(failures.prefix(3))")
+        #expect(failures.isEmpty, "\(failures.count) failed, first: \(failures.prefix(1))")
         #expect(nginx.accessLog.filter { $0.contains("messages:send") }.count == 2000)
         // Before any HTTP/2 answer the protocol is unknown, so the first wave may open a few connections at most.
         #expect(sender.http.connectionsOpened <= 4, "\(sender.http.connectionsOpened) connections")
+    }
+
+    /// The same with the access token from an HTTP/1.1 server (the emulator): the first answer says nothing of
+    /// FCM's protocol, so the first wave of sends must not overflow into a connection per transfer either.
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func tokenFromAnHTTP1Server_theFirstWaveStillSharesTheMultiplexedConnections() async throws {
+        let fixtures = TLSFixtures.shared
+        let keys = try fixtures.rsaKeyPair()
+        let emulator = try FCMEmulator(configuration: .init(
+            assertionPublicKeyPEM: keys.publicPEM,
+            tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)))
+        defer { emulator.stop() }
+        let (nginx, sender, _) = try Self.rig(maxInFlight: 250, tokenEndpoint: emulator.tokenURI, keys: keys)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
+        let failures = outcomes.filter { if case .sent = $0 { false } else { true } }
+        #expect(failures.isEmpty, "\(failures.count) failed, first: \(failures.prefix(1))")
+        #expect(emulator.stats.tokensIssued == 1)
+        // One connection to the token endpoint, at most 4 to nginx.
+        #expect(sender.http.connectionsOpened <= 5, "\(sender.http.connectionsOpened) connections")
     }
 }
