@@ -34,36 +34,45 @@ struct CompleterTests {
         return .settle(EventGroupID(raw: raw), group)
     }
 
-    @Test func sendsWaitingForSlots_theWriterWritesAtOnceInsteadOfLingering() async throws {
-        let completer = Self.lingeringCompleter(starved: true)
-        let receipts = Mutex<[EngineStateMachine.Receipt]>([])
-        let writer = Task { await completer.run(written: { receipt in receipts.withLock { $0.append(receipt) } }) }
-        try await Self.eventually { completer.isParked }
+    /// What a writer reported written, in order.
+    final class Receipts: Sendable {
+        private let items = Mutex<[EngineStateMachine.Receipt]>([])
+        func append(_ receipt: EngineStateMachine.Receipt) { items.withLock { $0.append(receipt) } }
+        var all: [EngineStateMachine.Receipt] { items.withLock { $0 } }
+    }
+
+    /// A lingering completer's writer, started and parked (idle, waiting for its first item); the receipts it reports.
+    static func parkedWriter(starved: Bool) async throws -> (Completer, Task<Void, Never>, Receipts) {
+        let completer = lingeringCompleter(starved: starved)
+        let receipts = Receipts()
+        let writer = Task { await completer.run(written: { receipts.append($0) }) }
+        try await eventually { completer.isParked }
         #expect(completer.isParked)
+        return (completer, writer, receipts)
+    }
+
+    @Test func sendsWaitingForSlots_theWriterWritesAtOnceInsteadOfLingering() async throws {
+        let (completer, writer, receipts) = try await Self.parkedWriter(starved: true)
         completer.accept([Self.lostGroupEnd(1)])
         // The first item reached an idle writer, which would linger an hour if nobody waited.
-        try await Self.eventually { !receipts.withLock { $0.isEmpty } }
-        #expect(receipts.withLock { $0 } == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1)])])
+        try await Self.eventually { !receipts.all.isEmpty }
+        #expect(receipts.all == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1)])])
         writer.cancel()  // ends a linger a broken build would be in
         completer.close()
         await writer.value
     }
 
     @Test func noSendWaiting_theWriterLingersForABatch_andClosingWritesWhatIsBuffered() async throws {
-        let completer = Self.lingeringCompleter(starved: false)
-        let receipts = Mutex<[EngineStateMachine.Receipt]>([])
-        let writer = Task { await completer.run(written: { receipt in receipts.withLock { $0.append(receipt) } }) }
-        try await Self.eventually { completer.isParked }
-        #expect(completer.isParked)
+        let (completer, writer, receipts) = try await Self.parkedWriter(starved: false)
         completer.accept([Self.lostGroupEnd(1)])
         try await Self.eventually { !completer.isParked }
         try await Task.sleep(for: .milliseconds(200))
         completer.accept([Self.lostGroupEnd(2)])
         // Still lingering (an hour): nothing written yet; the stop's close ends the linger early.
-        #expect(receipts.withLock { $0.isEmpty })
+        #expect(receipts.all.isEmpty)
         writer.cancel()  // the linger is a cancellable sleep: it ends, and both items go in one write
         completer.close()
         await writer.value
-        #expect(receipts.withLock { $0 } == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1), EventGroupID(raw: 2)])])
+        #expect(receipts.all == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1), EventGroupID(raw: 2)])])
     }
 }
