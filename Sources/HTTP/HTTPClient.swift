@@ -247,7 +247,7 @@ public final class HTTPClient: Sendable {
                     if admitted == room { break }
                     if let server = unknownServer(of: item.request.url) {
                         let inProgress = probing[server, default: 0] + probes[server, default: 0]
-                        if inProgress >= client.configuration.maxStreamsPerConnection {
+                        if inProgress >= max(1, client.configuration.maxStreamsPerConnection) {
                             headWaitsForProtocol = true
                             break
                         }
