@@ -184,6 +184,8 @@ public final class HTTPClient: Sendable {
         /// What the driver takes from the shared state on each turn.
         private struct Turn {
             var admit: [Queued] = []
+            /// Queued requests cancelled before they started: answered once the lock is released.
+            var refused: [Queued] = []
             var cancelled: Set<UInt64> = []
             var cancelAll = false
             var stop = false
@@ -195,6 +197,8 @@ public final class HTTPClient: Sendable {
             while true {
                 let turn = takeTurn()
                 if turn.stop { break }
+                // Outside the lock: a completion may start another request.
+                for item in turn.refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
                 abandon(turn.cancelAll ? Array(running.keys) : turn.cancelled.filter { running[$0] != nil }, multi)
                 for item in turn.admit { admit(item, multi) }
                 curl_multi_perform(multi, &stillRunning)
@@ -217,16 +221,15 @@ public final class HTTPClient: Sendable {
         }
 
         /// Takes cancellations and as many queued requests as there is room for; queued ones that were
-        /// cancelled are answered at once.
+        /// cancelled are handed back in `refused`, to be answered outside the lock.
         private func takeTurn() -> Turn {
             client.state.withLock { state -> Turn in
                 if state.stopping { return Turn(stop: true) }
                 var turn = Turn()
-                var refused: [Queued] = []
                 turn.cancelAll = state.cancelAllRequested
                 state.cancelAllRequested = false
                 if turn.cancelAll {
-                    refused = state.queued
+                    turn.refused = state.queued
                     state.queued.removeAll()
                 } else if !state.cancelled.isEmpty {
                     let cancelled = state.cancelled
@@ -234,11 +237,10 @@ public final class HTTPClient: Sendable {
                     state.cancelled.removeAll()
                     state.queued.removeAll { item in
                         guard cancelled.contains(item.id) else { return false }
-                        refused.append(item)
+                        turn.refused.append(item)
                         return true
                     }
                 }
-                for item in refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
                 let room = max(0, client.configuration.maxInFlight - running.count)
                 var admitted = 0
                 var probes: [Substring: Int] = [:]
