@@ -31,6 +31,9 @@ static inline CURLcode mw_easy_getinfo_long(CURL *handle, CURLINFO info, long *v
 static inline CURLcode mw_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **value) {
     return curl_easy_getinfo(handle, info, value);
 }
+static inline CURLcode mw_easy_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
 static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }

@@ -14,6 +14,8 @@ final class CurlTransfer {
     private var url: String?
     private var method: HTTPMethod?
     private var timeoutMs = -1
+    /// The body's size, to tell whether all of it left (a GET's is 0).
+    private var bodySize = 0
     private var bodyBuffer: UnsafeMutableRawBufferPointer
     private var errorBuffer: UnsafeMutablePointer<CChar>
     var responseBody: [UInt8] = []
@@ -125,8 +127,11 @@ final class CurlTransfer {
             request.body.withUnsafeBytes { bytes in
                 if let source = bytes.baseAddress { bodyBuffer.baseAddress!.copyMemory(from: source, byteCount: bytes.count) }
             }
+            bodySize = request.body.count
             try check(mw_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count), "POSTFIELDSIZE")
             try check(mw_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, bodyBuffer.baseAddress), "POSTFIELDS")
+        } else {
+            bodySize = 0
         }
         if headerSource != request.headers {
             if let headerList { curl_slist_free_all(headerList) }
@@ -149,11 +154,27 @@ final class CurlTransfer {
         errorBuffer[0] = 0
     }
 
-    /// libcurl's "Connection died, tried N times before giving up": the request went out only on connections
-    /// that closed before any answer (a GOAWAY's refused streams), so the server did not process it.
+    /// The request failed in a way that shows the server did not act on it, so it may be sent again.
     func isUnprocessedRetryable(_ code: CURLcode) -> Bool {
-        guard code == CURLE_SEND_ERROR, responseHeaders.isEmpty, responseBody.isEmpty else { return false }
-        return String(cString: errorBuffer).hasPrefix("Connection died")
+        var uploaded: curl_off_t = 0
+        _ = mw_easy_getinfo_off(easy, CURLINFO_SIZE_UPLOAD_T, &uploaded)
+        return Self.isUnprocessed(code, message: String(cString: errorBuffer),
+                                  receivedAnything: !responseHeaders.isEmpty || !responseBody.isEmpty,
+                                  bodyUnsent: Int(uploaded) < bodySize)
+    }
+
+    /// Nothing came back, and either
+    /// - libcurl said "Connection died, tried N times before giving up": the request went out only on connections that
+    ///   closed before any answer, or on streams the server refused (a GOAWAY's). libcurl 7.88 reports it as a send
+    ///   error, or as the receive error that started its last retry (its retry count is never reset on a reused
+    ///   handle, so a refusal can give up at once); or
+    /// - the HTTP/2 session ended (a GOAWAY) before the request's body had left: without its body (and the end of
+    ///   its stream) the server cannot have acted on the request. libcurl 7.88 fails a stream it could not start on
+    ///   such a session with a bare HTTP/2 error.
+    static func isUnprocessed(_ code: CURLcode, message: String, receivedAnything: Bool, bodyUnsent: Bool) -> Bool {
+        guard !receivedAnything else { return false }
+        if code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR { return message.hasPrefix("Connection died") }
+        return code == CURLE_HTTP2 && bodyUnsent
     }
 
     /// Hands the result to whoever started the request (exactly once).
