@@ -1,5 +1,4 @@
 import CCurl
-import Dispatch
 import FoundationEssentials
 import Glibc
 import Synchronization
@@ -20,7 +19,8 @@ public final class HTTPClient: Sendable {
     /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
     private let caBundlePath: String?
     private let state = Mutex(State())
-    private let finished = DispatchSemaphore(value: 0)
+    /// The driver thread, until `shutdown` joins it.
+    private let driverThread = Mutex<OSThread.Joinable?>(nil)
 
     /// Called once with a request's result, on the driver thread: it must be short and must not block.
     public typealias Completion = @Sendable (Result<HTTPResponse, HTTPError>) -> Void
@@ -73,7 +73,8 @@ public final class HTTPClient: Sendable {
         // (`multiplexedHostConnections`).
         _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_HOST_CONNECTIONS, max(1, configuration.maxInFlight))
         let driver = Driver(client: self)
-        OSThread.start(name: "http-multi") { [finished] in driver.run(); finished.signal() }
+        let thread = OSThread.startJoinable(name: "http-multi") { driver.run() }
+        driverThread.withLock { $0 = thread }
     }
 
     deinit {
@@ -154,7 +155,12 @@ public final class HTTPClient: Sendable {
         }
         guard wasRunning else { return }
         curl_multi_wakeup(multi.raw)
-        finished.wait()
+        // Joined, not signalled: when this returns the driver thread is gone, with everything it released on the way
+        // out (its easy handles, OpenSSL's per-thread state), so nothing of it races the process's exit.
+        driverThread.withLock { thread in
+            defer { thread = nil }
+            return thread
+        }?.join()
     }
 
     /// The driver thread's side: everything here runs on that one thread.

@@ -6,14 +6,36 @@ import Glibc
 public enum OSThread {
     /// Starts `body` on a new thread named `name` (the kernel keeps 15 bytes of it, as `top -H` shows).
     public static func start(name: String, _ body: @escaping @Sendable () -> Void) {
+        _ = create(name: name, detached: true, body)
+    }
+
+    /// Starts `body` on a new thread that `Joinable.join()` waits for, to the end of the thread itself (what it
+    /// releases as its closure goes, and the thread-exit cleanup of the C libraries it used).
+    public static func startJoinable(name: String, _ body: @escaping @Sendable () -> Void) -> Joinable {
+        Joinable(thread: create(name: name, detached: false, body))
+    }
+
+    /// A started thread not yet joined. Join it once.
+    public struct Joinable: @unchecked Sendable {
+        fileprivate let thread: pthread_t
+
+        /// Waits until the thread has exited. From the thread itself it returns at once (it cannot wait for itself).
+        public func join() {
+            guard pthread_equal(thread, pthread_self()) == 0 else { return }
+            _ = pthread_join(thread, nil)
+        }
+    }
+
+    private static func create(name: String, detached: Bool, _ body: @escaping @Sendable () -> Void) -> pthread_t {
         let start = Unmanaged.passRetained(ThreadStart(name: name, body: body)).toOpaque()
         var thread = pthread_t()
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        pthread_attr_setdetachstate(&attributes, Int32(detached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE))
         let status = pthread_create(&thread, &attributes, runThreadStart, start)
         pthread_attr_destroy(&attributes)
         precondition(status == 0, "pthread_create failed (\(status)): the process is out of threads or memory")
+        return thread
     }
 }
 

@@ -35,6 +35,31 @@ struct HTTPClientCancelTests {
         #expect(results.withLock { $0 } == ["queued: cancelled"])
         client.shutdown()
     }
+
+    /// `shutdown` from a completion (on the driver thread) returns: the driver cannot wait for itself to end.
+    @Test func shutdownFromACompletion_returns() throws {
+        let silent = LoopbackSocket(listen: true)
+        defer { silent.close() }
+        let client = try HTTPClient(configuration: .init(maxInFlight: 1, requestTimeout: .seconds(30)))
+        let returned = DispatchSemaphore(value: 0)
+        let running = client.start(HTTPRequest(method: .get, url: "http://127.0.0.1:\(silent.port)/")) { _ in
+            client.shutdown()
+            returned.signal()
+        }
+        client.cancel(running)
+        guard returned.wait(timeout: .now() + 10) == .success else {
+            abandoned.withLock { $0.append(client) }
+            Issue.record("shutdown from the driver thread waited for the driver thread")
+            return
+        }
+        // The first shutdown was the driver's own; this one returns at once, and requests are refused.
+        client.shutdown()
+        let refused = Mutex<HTTPError.Code?>(nil)
+        client.start(HTTPRequest(method: .get, url: "http://127.0.0.1:\(silent.port)/")) { result in
+            refused.withLock { $0 = result.failureCode }
+        }
+        #expect(refused.withLock { $0 } == .shutdown)
+    }
 }
 
 private extension Result where Failure == HTTPError {
