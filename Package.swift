@@ -21,7 +21,7 @@ let package = Package(
 
         // Wrapper modules: the only importers of their C library; they own the handles.
         .target(name: "Postgres", dependencies: ["CLibPQ", "Timekeeping"]),
-        .target(name: "HTTP", dependencies: ["CCurl", "Timekeeping"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Crypto", "Timekeeping"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "Crypto", dependencies: ["COpenSSL", "Timekeeping"]),
         .target(name: "Systemd", dependencies: ["CSystemd"]),

@@ -1,11 +1,14 @@
 import CCurl
+import Crypto
 import FoundationEssentials
 import Glibc
 import Synchronization
 import Timekeeping
 
-/// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe").
+/// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe"). It initialises OpenSSL,
+/// so OpenSSL is first told to keep its state until the process is gone (when nothing initialised it before).
 private let curlGlobalInit: Void = {
+    OpenSSLProcess.keepStateUntilExit()
     _ = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 }()
 

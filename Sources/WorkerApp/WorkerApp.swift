@@ -1,3 +1,4 @@
+import Crypto
 import FoundationEssentials
 import Glibc
 import Logging
@@ -41,6 +42,9 @@ public enum WorkerApp {
 
     /// Runs the CLI; returns the exit status.
     public static func main(arguments: [String], environment: [String: String]) async -> Int32 {
+        // Before anything touches OpenSSL (a key file, libpq, libcurl): threads still closing connections when
+        // `exit` runs must not find OpenSSL's locks freed under them.
+        OpenSSLProcess.keepStateUntilExit()
         var rest = Array(arguments.dropFirst())
         if rest.contains("-h") || rest.contains("--help") || rest.first == "help" {
             print(usage)
