@@ -53,7 +53,7 @@ let package = Package(
         .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
 
         // Tests.
-        .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),

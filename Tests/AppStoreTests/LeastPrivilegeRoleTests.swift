@@ -57,9 +57,7 @@ struct LeastPrivilegeRoleTests {
 
             let fixtures = TLSFixtures.shared
             let keys = try fixtures.rsaKeyPair()
-            let emulator = try FCMEmulator(configuration: .init(
-                assertionPublicKeyPEM: keys.publicPEM,
-                tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)))
+            let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
             defer { emulator.stop() }
             let pki = ApplePKI.shared
             let production = try FakeAppStore(apiPublicKeyPEM: pki.apiPublicKeyPEM, keyId: "KEY123", issuerId: "issuer-1",

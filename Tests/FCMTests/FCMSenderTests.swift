@@ -25,9 +25,7 @@ struct FCMSenderTests {
                     onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws -> Rig {
         let fixtures = TLSFixtures.shared
         let keys = try fixtures.rsaKeyPair()
-        var configuration = FCMEmulator.Configuration(
-            assertionPublicKeyPEM: keys.publicPEM,
-            tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM))
+        var configuration = fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM)
         configuration.clientEmail = "worker@test-project.iam.gserviceaccount.com"
         configuration.tokenLifetime = tokenLifetime
         let emulator = try FCMEmulator(configuration: configuration)

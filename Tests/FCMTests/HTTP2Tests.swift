@@ -109,9 +109,7 @@ struct HTTP2Tests {
     func tokenFromAnHTTP1Server_theFirstWaveStillSharesTheMultiplexedConnections() async throws {
         let fixtures = TLSFixtures.shared
         let keys = try fixtures.rsaKeyPair()
-        let emulator = try FCMEmulator(configuration: .init(
-            assertionPublicKeyPEM: keys.publicPEM,
-            tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)))
+        let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
         defer { emulator.stop() }
         let (nginx, sender, _) = try Self.rig(maxInFlight: 250, tokenEndpoint: emulator.tokenURI, keys: keys)
         defer { nginx.stop(); sender.shutdown() }

@@ -23,9 +23,7 @@ struct DaemonTests {
             let fixtures = TLSFixtures.shared
             let keys = try fixtures.rsaKeyPair()
             serviceAccountPEM = keys.privatePEM
-            emulator = try FCMEmulator(configuration: .init(
-                assertionPublicKeyPEM: keys.publicPEM,
-                tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)))
+            emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
             let account = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
             notify = try NotifySocket()
             let probe = try HTTPServer { _ in .text(200, "") }

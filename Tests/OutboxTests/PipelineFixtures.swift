@@ -126,9 +126,7 @@ func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FC
                         _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
     let fixtures = TLSFixtures.shared
     let keys = try fixtures.rsaKeyPair()
-    var configuration = FCMEmulator.Configuration(
-        assertionPublicKeyPEM: keys.publicPEM,
-        tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM))
+    var configuration = fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM)
     configuration.clientEmail = "worker@test-project.iam.gserviceaccount.com"
     let emulator = try FCMEmulator(configuration: configuration)
     defer { emulator.stop() }
