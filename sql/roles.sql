@@ -1,4 +1,5 @@
--- Least-privilege role for `medication-worker run` (and status/redrive). Run as the database owner
+-- Least-privilege role for `medication-worker run` and the operator commands (status, event, events, redrive,
+-- resend, devices, check-config --online). Run as the database owner
 -- AFTER `medication-worker migrate` (which runs as the owner, since it creates tables and triggers).
 --   psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f sql/roles.sql
 -- Then set a password (ALTER ROLE medication_worker PASSWORD '...') or use certificate auth, and
@@ -34,6 +35,11 @@ GRANT SELECT ON "_medication_worker_migrations" TO medication_worker;
 -- One-instance-at-a-time loops (retention, status gauges, entitlement sweep, notification history) take and
 -- renew a lease row, and the gauges' publisher writes its state beside it.
 GRANT SELECT, INSERT, UPDATE ON "_medication_worker_leases" TO medication_worker;
+-- The disabled-device ledger: a row per disable (the completer), "restoredAt" set by `devices enable`; never deleted.
+GRANT SELECT, INSERT, UPDATE ON "PushDeviceDisabled" TO medication_worker;
+-- The live instances: each `run` process registers, renews and on a clean stop deletes its row, and forgets rows of
+-- instances gone for a day; `status` lists them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON "_medication_worker_instances" TO medication_worker;
 -- The App Store notification-history poller's checkpoint per environment and notification type.
 GRANT SELECT, INSERT, UPDATE ON "AppStoreNotificationCheckpoint" TO medication_worker;
 

@@ -3,6 +3,10 @@ import Postgres
 import Push
 import Timekeeping
 
+extension String {
+    fileprivate var nonEmpty: String? { isEmpty ? nil : self }
+}
+
 extension OutboxStore {
     /// `'PENDING'` for the guard of a statement that finds events by id: a sub-select, so that the planner cannot match
     /// it to the predicate of `"PushOutbox_pending_due_idx"` (`WHERE status = 'PENDING'`). Written as a constant, the
@@ -12,13 +16,25 @@ extension OutboxStore {
     /// one primary-key probe per event whatever the queue holds.
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
-    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began.
+    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and
+    /// records each disable in `"PushDeviceDisabled"` in the same statement (the evidence, and the undo list for
+    /// `devices enable`). The ledger's `"disabledAt"` is the device's new `"updatedAt"` (one `now()` per transaction):
+    /// `devices enable` re-enables only devices nobody changed since.
     static let disableDevicesSQL = """
-        UPDATE "PushDevice" d
-        SET "isEnabled" = false, "updatedAt" = now()
-        FROM unnest($1::text[], $2::timestamptz[]) AS v(id, started)
-        WHERE d.id = v.id AND d."isEnabled" AND d."lastSeenAt" < v.started
-        RETURNING d.id
+        WITH v AS (
+            SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]) AS v(id, started, reason, key, err)
+        ), disabled AS (
+            UPDATE "PushDevice" d
+            SET "isEnabled" = false, "updatedAt" = now()
+            FROM v
+            WHERE d.id = v.id AND d."isEnabled" AND d."lastSeenAt" < v.started
+            RETURNING d.id
+        )
+        INSERT INTO "PushDeviceDisabled" ("pushDeviceId", reason, "eventKey", "lastError", "disabledAt")
+        SELECT DISTINCT ON (v.id) v.id, v.reason, v.key, v.err, now()
+        FROM disabled JOIN v ON v.id = disabled.id
+        ORDER BY v.id
+        RETURNING "pushDeviceId" AS id
         """
 
     /// Delivery results and event settlements in one statement (one round trip per completer flush):
@@ -159,7 +175,7 @@ extension OutboxStore {
 
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
         var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
-        var disable = ([String](), [Date]())
+        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String]())
         for result in completion.deliveries {
             let kind: String, detail: String
             switch result.outcome {
@@ -168,15 +184,19 @@ extension OutboxStore {
             case .retry(let reason, _, _): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
             case .tokenInvalid(let reason):
                 (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
-                disable.0.append(result.deviceId); disable.1.append(result.claimedAt)
+                disable.ids.append(result.deviceId); disable.started.append(result.claimedAt)
+                disable.reasons.append(Self.disableReasonCode(reason)); disable.keys.append(result.eventKey); disable.errors.append(reason)
             case .notSent:
                 continue  // the completer releases these instead
             }
             ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
         }
         var plan = CompletionPlan()
-        if !disable.0.isEmpty {
-            plan.statements.append((.disableDevices, disableDevicesSQL, [.textArray(disable.0), .timestampArray(disable.1)]))
+        if !disable.ids.isEmpty {
+            plan.statements.append((.disableDevices, disableDevicesSQL, [
+                .textArray(disable.ids), .timestampArray(disable.started), .textArray(disable.reasons), .textArray(disable.keys),
+                .textArray(disable.errors),
+            ]))
         }
         let finished = completion.finished
         if !finished.isEmpty {
@@ -202,6 +222,12 @@ extension OutboxStore {
                                     [.intArray(releasedEvents.map(\.id)), .textArray(releasedEvents.map(\.lease.text))]))
         }
         return plan
+    }
+
+    /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`): the
+    /// ledger's `reason`, which `devices disabled --reason` filters on.
+    static func disableReasonCode(_ reason: String) -> String {
+        String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber }).nonEmpty ?? reason
     }
 
     static let releaseEventsSQL = """

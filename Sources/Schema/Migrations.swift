@@ -186,5 +186,37 @@ public enum Migrations {
             ALTER TABLE "PushDelivery" SET (fillfactor = 50)
             """,
         ]),
+        // The evidence behind every disabled device and the undo list when a disable was wrong (SPEC §2.2): one row per
+        // disable, written in the same statement as the disable itself. The live instances: each `run` process keeps its
+        // row's heartbeat; `status` lists them and they share the FCM project's send budget.
+        Migration(version: 6, name: "disabled-device ledger, live instances", statements: [
+            """
+            CREATE TABLE IF NOT EXISTS "PushDeviceDisabled" (
+                id text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+                "pushDeviceId" text NOT NULL,
+                reason text NOT NULL,
+                "eventKey" text,
+                "lastError" text,
+                "disabledAt" timestamptz NOT NULL DEFAULT now(),
+                "restoredAt" timestamptz
+            )
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS "PushDeviceDisabled_disabledAt_idx" ON "PushDeviceDisabled" ("disabledAt")
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS "PushDeviceDisabled_pushDeviceId_idx" ON "PushDeviceDisabled" ("pushDeviceId")
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS "_medication_worker_instances" (
+                id uuid PRIMARY KEY,
+                host text NOT NULL,
+                pid integer NOT NULL,
+                version text NOT NULL,
+                "startedAt" timestamptz NOT NULL DEFAULT now(),
+                "heartbeatAt" timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+        ]),
     ]
 }

@@ -113,6 +113,7 @@ struct Supervisor {
                    logger: logger.child(label: "retention"), metrics: parts.metrics),
             StatusRefresher(gauges: QueueGauges(client: pools.maintenance, metrics: parts.metrics), parts: parts, logger: logger),
             Watchdog(parts: parts, logger: logger),
+            InstanceHeartbeat(instances: LiveInstances(client: pools.maintenance), logger: logger),
             parts.appStore?.rechecker,
             parts.appStore?.poller,
         ]

@@ -160,3 +160,30 @@ final class SharedCount: Sendable {
 
     func withLock<T>(_ body: (inout Int) -> T) -> T { value.withLock { body(&$0) } }
 }
+
+/// Keeps this process's row in the live-instances table (SPEC §2.2): `status` lists it, and the FCM budget is shared
+/// among the rows. A clean stop deletes the row so the others take its share at once.
+struct InstanceHeartbeat: PeriodicJob {
+    let instances: LiveInstances
+    let logger: Logger
+    /// Consecutive failed heartbeats (the first is logged; the database check reports the outage).
+    private let failures = SharedCount()
+
+    func runOnce(until stop: StopSignal) async throws -> Int {
+        let live = try await instances.heartbeat(version: WorkerApp.version)
+        failures.withLock { $0 = 0 }
+        return live
+    }
+
+    func rest(after round: Int?) async -> Duration { LiveInstances.heartbeatInterval }
+
+    func roundFailed(_ error: any Error) {
+        let count = failures.withLock { count in
+            count += 1
+            return count
+        }
+        if count == 1 { logger.warning("instance heartbeat failed", metadata: ["error": "\(error)"]) }
+    }
+
+    func finished() async { try? await instances.leave() }
+}
