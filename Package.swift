@@ -40,9 +40,14 @@ let package = Package(
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
+        // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
+        // its queries beside it; each returns one report value rendered as text or `--json`.
+        .target(name: "OperatorCommands", dependencies: [
+            "Postgres", "Schema", "HTTP", "Crypto", "JSON", "Logging", "WorkerConfig", "FCM", "AppStore", "Outbox", "Timekeeping",
+        ]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
-            "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping",
+            "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping", "OperatorCommands",
         ]),
         .executableTarget(name: "medication-worker", dependencies: ["WorkerApp"]),
 
@@ -60,7 +65,8 @@ let package = Package(
         .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -153,6 +153,26 @@ public struct Configuration: Sendable {
 }
 
 extension Configuration {
+    /// What the operator commands that only talk to the database need; read by the same rules as `run`.
+    public struct OperatorSettings: Sendable {
+        public var databaseURL: String
+        public var statementTimeout: Duration
+        /// Events older than this would only expire: `redrive` and `resend` leave them.
+        public var eventMaxAge: Duration
+        public var logLevel: LogLevel
+    }
+
+    /// `DATABASE_URL`, `DATABASE_STATEMENT_TIMEOUT`, `EVENT_MAX_AGE` and `LOG_LEVEL`, so the database commands run without FCM
+    /// credentials.
+    public static func loadOperatorSettings(from environment: [String: String]) throws(ConfigurationError) -> OperatorSettings {
+        let reader = EnvironmentReader(environment)
+        return OperatorSettings(
+            databaseURL: try reader.required("DATABASE_URL"),
+            statementTimeout: try reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout),
+            eventMaxAge: try reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge),
+            logLevel: try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+    }
+
     /// Just `DATABASE_URL` and `LOG_LEVEL`, for the commands that only talk to the database
     /// (`migrate`, `status`, `redrive`), so they run without FCM credentials.
     public static func loadDatabaseOnly(from environment: [String: String]) throws(ConfigurationError) -> (databaseURL: String, logLevel: LogLevel) {

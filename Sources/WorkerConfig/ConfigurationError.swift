@@ -15,3 +15,17 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     /// sysexits.h EX_CONFIG.
     public static let exitStatus: Int32 = 78
 }
+
+/// Every bad setting found in one pass (`check-config` and `run` name all of them, not only the first; SPEC §5).
+public struct ConfigurationErrors: Error, Sendable, Equatable, CustomStringConvertible {
+    /// At least one.
+    public var errors: [ConfigurationError]
+
+    public init(_ errors: [ConfigurationError]) { self.errors = errors }
+
+    /// One setting per line, `NAME: problem`.
+    public var description: String {
+        errors.count == 1 ? errors[0].description
+            : "\(errors.count) bad settings:\n" + errors.map { "  \($0)" }.joined(separator: "\n")
+    }
+}

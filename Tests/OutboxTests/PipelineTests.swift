@@ -1,5 +1,7 @@
 import FCM
 import Foundation
+import OperatorCommands
+import JSON
 import Outbox
 import Postgres
 import Push
@@ -146,14 +148,17 @@ struct PipelineTests {
             #expect(dead.attempts == 3)
             #expect(dead.lastError?.contains("attempts exhausted") == true)
 
-            let redriven = try await OutboxAdmin(client: PostgresClient(conninfo: conninfo)).redrive(eventId: id)
-            #expect(redriven == [id])
+            let redrive = CommandRunner.command(named: "redrive")!
+            let environment = ["DATABASE_URL": conninfo]
+            let redriven = await CommandRunner.execute(redrive, arguments: ["--event", "\(id)", "--json"], environment: environment)
+            #expect(redriven.status == 0)
+            #expect(JSONValue.parse(redriven.output)?["redriven"] == .array([.number(Double(id))]))
             try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
             #expect(try db.eventStatus(id).status == "DONE")
             #expect(try db.deliveries().map(\.status) == ["SENT"])
-            await #expect(throws: OutboxAdmin.RedriveError.self) {
-                try await OutboxAdmin(client: PostgresClient(conninfo: conninfo)).redrive(eventId: id)
-            }
+            let again = await CommandRunner.execute(redrive, arguments: ["--event", "\(id)"], environment: environment)
+            #expect(again.status == 1)
+            #expect(again.errorOutput.contains("outbox event \(id) is DONE, not DEAD"))
         }
     }
 

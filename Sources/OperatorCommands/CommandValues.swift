@@ -1,0 +1,56 @@
+import FoundationEssentials
+import JSON
+import WorkerConfig
+
+/// How the commands read and show values: durations, timestamps, masked tokens, JSON members.
+public enum CommandValues {
+    /// A duration as the settings take it (`30m`, `2h`, `7d`, `500ms`; a bare integer is seconds).
+    public static func duration(_ text: String) -> Duration? {
+        guard let value = ValueParsing.duration(text), value > .zero else { return nil }
+        return value
+    }
+
+    /// `2026-11-26T02:11:36Z` (UTC, whole seconds): the same in the text and the JSON.
+    public static func timestamp(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
+    }
+
+    public static func timestamp(_ date: Date?) -> JSONValue { date.map { .string(timestamp($0)) } ?? .null }
+
+    public static func text(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
+
+    public static func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0)) } ?? .null }
+
+    /// A duration for people: `45s`, `12m`, `3.5h`, `2.0d`.
+    public static func age(_ seconds: Double?) -> String {
+        guard let seconds else { return "-" }
+        if seconds < 120 { return "\(Int(seconds.rounded()))s" }
+        if seconds < 7200 { return "\(Int((seconds / 60).rounded()))m" }
+        if seconds < 172_800 { return oneDecimal(seconds / 3600) + "h" }
+        return oneDecimal(seconds / 86_400) + "d"
+    }
+
+    static func oneDecimal(_ value: Double) -> String {
+        let tenths = Int((value * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10)"
+    }
+
+    /// Rows as aligned columns under a header (two spaces between columns).
+    public static func table(_ header: [String], _ rows: [[String]]) -> String {
+        var widths = header.map(\.count)
+        for row in rows {
+            for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) }
+        }
+        func line(_ cells: [String]) -> String {
+            cells.enumerated().map { index, cell in
+                index == cells.count - 1 ? cell : cell + String(repeating: " ", count: widths[index] - cell.count)
+            }.joined(separator: "  ")
+        }
+        return ([line(header)] + rows.map(line)).joined(separator: "\n")
+    }
+
+    /// A list of ids for a line of text: the first 20, then `…`.
+    public static func idList<T>(_ ids: [T]) -> String {
+        ids.prefix(20).map { "\($0)" }.joined(separator: ", ") + (ids.count > 20 ? ", … (\(ids.count) in all)" : "")
+    }
+}

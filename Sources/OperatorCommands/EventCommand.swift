@@ -1,0 +1,189 @@
+import FoundationEssentials
+import JSON
+import Postgres
+
+/// `event ID|EVENT_KEY`: one outbox event and every delivery of its key, tokens masked.
+struct EventCommand: OperatorCommand {
+    static let name = "event"
+    static let summary = "Show one event (by id or event key) with every delivery."
+    static let help = """
+        Usage: medication-worker event ID|EVENT_KEY [--json]
+
+        Shows one outbox event (by its numeric id, or by its event key such as doseTaken:group-uuid-1; the
+        newest event with that key) and every delivery of its key: delivery id, device id, the token's first
+        and last 6 characters only, the device enabled or not, status, attempts, "lastError", "sentAt" and
+        "fcmMessageId". Exit status 1 when no such event exists.
+        Next: `redrive --event ID` for a DEAD event, `resend --event ID` for FAILED deliveries.
+
+        Options:
+          --json    One JSON document: {"event": {...}, "deliveries": [...]}.
+        """
+
+    /// The event's id, or its key.
+    enum Selector: Sendable {
+        case id(Int64)
+        case key(String)
+    }
+
+    let selector: Selector
+
+    init(arguments: inout CommandArguments) throws(UsageError) {
+        guard let target = arguments.positional() else { throw UsageError("event needs an event id or an event key") }
+        if let id = Int64(target) {
+            guard id > 0 else { throw UsageError("an event id is a positive integer, got \(target)") }
+            selector = .id(id)
+        } else {
+            selector = .key(target)
+        }
+    }
+
+    /// An outbox event as the commands show it.
+    struct Event: Sendable {
+        var id: Int64
+        var eventType: String
+        var patientId: String
+        var eventKey: String?
+        var status: String
+        var attempts: Int
+        var createdAt: Date
+        var availableAt: Date
+        var processedAt: Date?
+        var leasedBy: String?
+        var leaseExpiresAt: Date?
+        var lastError: String?
+
+        var json: JSONValue {
+            .object([
+                "id": .number(Double(id)), "eventType": .string(eventType), "patientId": .string(patientId),
+                "eventKey": CommandValues.text(eventKey), "status": .string(status), "attempts": .number(Double(attempts)),
+                "createdAt": CommandValues.timestamp(createdAt), "availableAt": CommandValues.timestamp(availableAt),
+                "processedAt": CommandValues.timestamp(processedAt), "leasedBy": CommandValues.text(leasedBy),
+                "leaseExpiresAt": CommandValues.timestamp(leaseExpiresAt), "lastError": CommandValues.text(lastError),
+            ])
+        }
+
+        static let columns = """
+            o.id, o."eventType" AS event_type, o."patientId" AS patient_id, o."eventKey" AS event_key, o.status, o.attempts,
+            o."createdAt" AS created_at, o."availableAt" AS available_at, o."processedAt" AS processed_at,
+            o."leasedBy" AS leased_by, o."leaseExpiresAt" AS lease_expires_at, o."lastError" AS last_error
+            """
+
+        init(_ row: PostgresRow) throws {
+            id = Int64(try row["id"].int())
+            eventType = try row["event_type"].string()
+            patientId = try row["patient_id"].string()
+            eventKey = row["event_key"].optionalString()
+            status = try row["status"].string()
+            attempts = try row["attempts"].int()
+            createdAt = try row["created_at"].date()
+            availableAt = try row["available_at"].date()
+            processedAt = try row["processed_at"].optionalDate()
+            leasedBy = row["leased_by"].optionalString()
+            leaseExpiresAt = try row["lease_expires_at"].optionalDate()
+            lastError = row["last_error"].optionalString()
+        }
+    }
+
+    /// One delivery; the token is masked in SQL, so the whole token never reaches this process.
+    struct Delivery: Sendable {
+        var id: String
+        var deviceId: String
+        var token: String
+        var deviceEnabled: Bool?
+        var status: String
+        var attempts: Int
+        var lastError: String?
+        var createdAt: Date
+        var sentAt: Date?
+        var fcmMessageId: String?
+
+        var json: JSONValue {
+            .object([
+                "id": .string(id), "pushDeviceId": .string(deviceId), "token": .string(token),
+                "deviceEnabled": deviceEnabled.map(JSONValue.bool) ?? .null, "status": .string(status),
+                "attempts": .number(Double(attempts)), "lastError": CommandValues.text(lastError),
+                "createdAt": CommandValues.timestamp(createdAt), "sentAt": CommandValues.timestamp(sentAt),
+                "fcmMessageId": CommandValues.text(fcmMessageId),
+            ])
+        }
+    }
+
+    static let eventByIdSQL = "SELECT \(Event.columns) FROM \"PushOutbox\" o WHERE o.id = $1"
+
+    static let eventByKeySQL = "SELECT \(Event.columns) FROM \"PushOutbox\" o WHERE o.\"eventKey\" = $1 ORDER BY o.id DESC LIMIT 1"
+
+    /// The token as its first and last 6 characters (all of it hidden when shorter than 16).
+    static let deliveriesSQL = """
+        SELECT pd.id, pd."pushDeviceId" AS device_id,
+               CASE WHEN length(d.token) >= 16 THEN left(d.token, 6) || '…' || right(d.token, 6) ELSE '…' END AS token,
+               d."isEnabled" AS enabled, pd.status, pd.attempts, pd."lastError" AS last_error, pd."createdAt" AS created_at,
+               pd."sentAt" AS sent_at, pd."fcmMessageId" AS message_id
+        FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
+        WHERE pd."eventKey" = $1
+        ORDER BY pd."createdAt", pd.id
+        """
+
+    struct Report: CommandReport {
+        var event: Event
+        var deliveries: [Delivery]
+        var eventMaxAge: Duration
+
+        var text: String {
+            var lines = [
+                "event \(event.id)  \(event.status)  \(event.eventType)  patient \(event.patientId)",
+                "  key:        \(event.eventKey ?? "(not claimed yet)")",
+                "  created:    \(CommandValues.timestamp(event.createdAt))  (expires unsent after EVENT_MAX_AGE \(CommandValues.age(eventMaxAge.asSeconds)))",
+                "  attempts:   \(event.attempts)  next due \(CommandValues.timestamp(event.availableAt))",
+            ]
+            if let processedAt = event.processedAt { lines.append("  finished:   \(CommandValues.timestamp(processedAt))") }
+            if let leasedBy = event.leasedBy, let until = event.leaseExpiresAt {
+                lines.append("  leased by:  \(leasedBy) until \(CommandValues.timestamp(until))")
+            }
+            if let lastError = event.lastError { lines.append("  last error: \(lastError)") }
+            lines.append("deliveries: \(deliveries.count)")
+            if !deliveries.isEmpty {
+                let rows = deliveries.map { delivery in
+                    [delivery.id, delivery.deviceId, delivery.token, delivery.deviceEnabled.map { $0 ? "yes" : "no" } ?? "gone",
+                     delivery.status, String(delivery.attempts), delivery.sentAt.map(CommandValues.timestamp) ?? "-",
+                     delivery.fcmMessageId ?? "-", delivery.lastError ?? "-"]
+                }
+                lines.append(CommandValues.table(["DELIVERY", "DEVICE", "TOKEN", "ENABLED", "STATUS", "ATTEMPTS", "SENT AT", "FCM MESSAGE", "LAST ERROR"], rows))
+            }
+            return lines.joined(separator: "\n")
+        }
+
+        var json: JSONValue {
+            .object(["event": event.json, "deliveries": .array(deliveries.map(\.json))])
+        }
+    }
+
+    func run(_ context: CommandContext) async throws -> any CommandReport {
+        let selector = self.selector
+        return try await context.withDatabase { client, settings in
+            try await client.withConnection { connection in
+                let rows: PostgresRows
+                switch selector {
+                case .id(let id): rows = try connection.query(Self.eventByIdSQL, [.int(id)])
+                case .key(let key): rows = try connection.query(Self.eventByKeySQL, [.text(key)])
+                }
+                guard let row = rows.first else {
+                    switch selector {
+                    case .id(let id): throw CommandFailure("no outbox event has id \(id)", details: ["id": .number(Double(id))])
+                    case .key(let key): throw CommandFailure("no outbox event has event key \(key)", details: ["eventKey": .string(key)])
+                    }
+                }
+                let event = try Event(row)
+                let deliveries = try event.eventKey.map { key in
+                    try connection.query(Self.deliveriesSQL, [.text(key)]).map { row in
+                        Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: try row["token"].optionalString() ?? "…",
+                                 deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
+                                 attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),
+                                 createdAt: try row["created_at"].date(), sentAt: try row["sent_at"].optionalDate(),
+                                 fcmMessageId: row["message_id"].optionalString())
+                    }
+                } ?? []
+                return Report(event: event, deliveries: deliveries, eventMaxAge: settings.eventMaxAge)
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+import JSON
+import Postgres
+import Schema
+
+/// `migrate`: applies the worker's migrations (idempotent), as the owner of the tables.
+struct MigrateCommand: OperatorCommand {
+    static let name = "migrate"
+    static let summary = "Apply the worker's database migrations (idempotent; run as the tables' owner)."
+    static let help = """
+        Usage: medication-worker migrate [--json]
+
+        Applies the worker's versioned, additive migrations to DATABASE_URL (the tables' owner: it creates
+        tables, indexes and the notify trigger). Safe to run again: applied versions are skipped.
+        Then apply sql/roles.sql for the least-privilege role the daemon and the other commands run as.
+
+        Options:
+          --json    One JSON document: {"applied": [versions], "schemaVersion": N}.
+        """
+
+    init(arguments: inout CommandArguments) throws(UsageError) {}
+
+    struct Report: CommandReport {
+        var applied: [Int]
+        var schemaVersion: Int
+
+        var text: String {
+            applied.isEmpty ? "schema is current (version \(schemaVersion)); nothing to do"
+                : "applied migrations \(applied.map(String.init).joined(separator: ", ")); schema version \(schemaVersion)"
+        }
+
+        var json: JSONValue {
+            .object(["applied": .array(applied.map { .number(Double($0)) }), "schemaVersion": .number(Double(schemaVersion))])
+        }
+    }
+
+    func run(_ context: CommandContext) async throws -> any CommandReport {
+        try await context.withDatabase { client, _ in
+            let report = try await Migrator().migrate(client)
+            return Report(applied: report.applied, schemaVersion: report.currentVersion)
+        }
+    }
+}

@@ -1,0 +1,186 @@
+import FoundationEssentials
+import JSON
+import Postgres
+import Timekeeping
+
+/// `resend (--event ID | --delivery ID) [--dry-run]`: FAILED deliveries sent again once their cause is fixed (an APNs
+/// credential, a payload bug), at most once per (eventKey, device) as always: the same delivery row goes back to
+/// PENDING and its event is claimed again. A disabled device stays disabled and is skipped.
+struct ResendCommand: OperatorCommand {
+    static let name = "resend"
+    static let summary = "Send FAILED deliveries of a recent event again (after fixing their cause); --dry-run to preview."
+    static let help = """
+        Usage: medication-worker resend (--event ID | --delivery ID) [--dry-run] [--json]
+
+        Sends FAILED deliveries again once their cause is fixed (THIRD_PARTY_AUTH_ERROR after an APNs
+        credential was fixed, an INVALID_ARGUMENT payload bug after an upgrade). The delivery rows go back to
+        PENDING and the event is claimed again: still at most one push per (event key, device).
+        Skipped, with the reason: deliveries to a disabled device (a dead token stays disabled; see
+        `devices enable`), and every delivery of an event older than EVENT_MAX_AGE (it would only expire).
+        Exit status 1 when nothing could be resent.
+
+        Options:
+          --event ID        Every FAILED delivery of this event's key.
+          --delivery ID     This one delivery.
+          --dry-run         Print what would be resent and skipped; change nothing.
+          --json            One JSON document: {"dryRun", "event", "resent": [ids], "skipped": [{id, reason}]}.
+        Settings read: DATABASE_URL, EVENT_MAX_AGE (default 24h).
+        """
+
+    enum Target: Sendable {
+        case event(Int64)
+        case delivery(String)
+    }
+
+    let target: Target
+    let dryRun: Bool
+
+    init(arguments: inout CommandArguments) throws(UsageError) {
+        let event = try arguments.value("--event")
+        let delivery = try arguments.value("--delivery")
+        switch (event, delivery) {
+        case (let event?, nil):
+            guard let id = Int64(event), id > 0 else { throw UsageError("--event needs an event id (a positive integer), got \"\(event)\"") }
+            target = .event(id)
+        case (nil, let delivery?):
+            target = .delivery(delivery)
+        case (nil, nil): throw UsageError("resend needs --event ID or --delivery ID")
+        case (_?, _?): throw UsageError("resend takes --event ID or --delivery ID, not both")
+        }
+        dryRun = arguments.flag("--dry-run")
+    }
+
+    static let eventByIdSQL = """
+        SELECT id, "eventKey" AS key, status, "createdAt" < now() - make_interval(secs => $2::double precision) AS too_old
+        FROM "PushOutbox" WHERE id = $1
+        FOR UPDATE
+        """
+
+    /// The newest event of a delivery's key (several outbox rows may carry one key).
+    static let eventByDeliverySQL = """
+        SELECT o.id, o."eventKey" AS key, o.status, o."createdAt" < now() - make_interval(secs => $2::double precision) AS too_old
+        FROM "PushDelivery" pd JOIN "PushOutbox" o ON o."eventKey" = pd."eventKey"
+        WHERE pd.id = $1
+        ORDER BY o.id DESC LIMIT 1
+        FOR UPDATE OF o
+        """
+
+    static let deliverySQL = #"SELECT "eventKey" AS key, status FROM "PushDelivery" WHERE id = $1"#
+
+    /// The FAILED deliveries in scope, locked, with whether their device can still be sent to.
+    static let failedSQL = """
+        SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists
+        FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
+        WHERE pd."eventKey" = $1 AND pd.status = 'FAILED' AND ($2::text IS NULL OR pd.id = $2::text)
+        ORDER BY pd."createdAt", pd.id
+        FOR UPDATE OF pd
+        """
+
+    static let resendDeliveriesSQL = """
+        UPDATE "PushDelivery"
+        SET status = 'PENDING', attempts = 0, "leaseToken" = NULL, "leaseExpiresAt" = NULL,
+            "lastError" = 'resend requested; before: ' || coalesce("lastError", '-')
+        WHERE id = ANY($1::text[]) AND status = 'FAILED'
+        RETURNING id
+        """
+
+    /// The event is claimed again at once (a PENDING event keeps its lease and picks the deliveries up on its next claim).
+    static let reopenEventSQL = """
+        UPDATE "PushOutbox"
+        SET status = 'PENDING', attempts = 0, "availableAt" = now(), "processedAt" = NULL, "lastError" = NULL,
+            "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+        WHERE id = $1 AND status IN ('DONE', 'DEAD')
+        """
+
+    struct Skip: Sendable {
+        var id: String
+        var reason: String
+    }
+
+    struct Report: CommandReport {
+        var dryRun: Bool
+        var eventId: Int64
+        var resent: [String]
+        var skipped: [Skip]
+
+        var text: String {
+            var lines: [String] = []
+            if resent.isEmpty && skipped.isEmpty {
+                lines.append("event \(eventId) has no FAILED delivery in scope; nothing to resend")
+            } else {
+                lines.append("\(dryRun ? "would resend" : "resent") \(resent.count) delivery(ies) of event \(eventId)"
+                    + (resent.isEmpty ? "" : ": " + CommandValues.idList(resent)))
+            }
+            for skip in skipped { lines.append("skipped \(skip.id): \(skip.reason)") }
+            if dryRun { lines.append("dry run: nothing changed") }
+            return lines.joined(separator: "\n")
+        }
+
+        var json: JSONValue {
+            .object([
+                "dryRun": .bool(dryRun), "event": .number(Double(eventId)), "resent": .array(resent.map(JSONValue.string)),
+                "skipped": .array(skipped.map { .object(["id": .string($0.id), "reason": .string($0.reason)]) }),
+            ])
+        }
+
+        var exitStatus: Int32 { resent.isEmpty ? ExitStatus.failure : ExitStatus.ok }
+    }
+
+    func run(_ context: CommandContext) async throws -> any CommandReport {
+        let (target, dryRun) = (self.target, self.dryRun)
+        return try await context.withDatabase { client, settings in
+            try await client.withTransaction { connection in
+                let maxAge = PostgresValue.double(settings.eventMaxAge.asSeconds)
+                let eventRows: PostgresRows
+                var only: String?
+                switch target {
+                case .event(let id):
+                    eventRows = try connection.query(Self.eventByIdSQL, [.int(id), maxAge])
+                    guard !eventRows.isEmpty else { throw CommandFailure("no outbox event has id \(id)", details: ["event": .number(Double(id))]) }
+                case .delivery(let id):
+                    guard let delivery = try connection.query(Self.deliverySQL, [.text(id)]).first else {
+                        throw CommandFailure("no delivery has id \(id)", details: ["delivery": .string(id)])
+                    }
+                    let status = try delivery["status"].string()
+                    guard status == "FAILED" else {
+                        throw CommandFailure("delivery \(id) is \(status), not FAILED", details: ["delivery": .string(id), "status": .string(status)])
+                    }
+                    eventRows = try connection.query(Self.eventByDeliverySQL, [.text(id), maxAge])
+                    guard !eventRows.isEmpty else {
+                        throw CommandFailure("the event of delivery \(id) (key \(try delivery["key"].string())) is gone (OUTBOX_RETENTION)",
+                                             details: ["delivery": .string(id)])
+                    }
+                    only = id
+                }
+                let event = eventRows[0]
+                let eventId = Int64(try event["id"].int())
+                guard let key = event["key"].optionalString() else {
+                    throw CommandFailure("event \(eventId) was never claimed: it has no deliveries yet", details: ["event": .number(Double(eventId))])
+                }
+                let failed = try connection.query(Self.failedSQL, [.text(key), only.map { .text($0) } ?? .null])
+                var eligible: [String] = []
+                var skipped: [Skip] = []
+                let tooOld = try event["too_old"].bool()
+                for row in failed {
+                    let id = try row["id"].string()
+                    if tooOld {
+                        skipped.append(Skip(id: id, reason: "event past EVENT_MAX_AGE (\(CommandValues.age(settings.eventMaxAge.asSeconds))): it would only expire"))
+                    } else if !(try row["device_exists"].bool()) {
+                        skipped.append(Skip(id: id, reason: "device deleted"))
+                    } else if !(try row["enabled"].bool()) {
+                        skipped.append(Skip(id: id, reason: "device disabled (a disabled device stays disabled; see `devices enable`)"))
+                    } else {
+                        eligible.append(id)
+                    }
+                }
+                var resent = eligible
+                if !dryRun && !eligible.isEmpty {
+                    resent = try connection.query(Self.resendDeliveriesSQL, [.textArray(eligible)]).map { try $0["id"].string() }.sorted()
+                    try connection.query(Self.reopenEventSQL, [.int(eventId)])
+                    try connection.query(RedriveCommand.wakeSQL)
+                }
+                return Report(dryRun: dryRun, eventId: eventId, resent: resent, skipped: skipped)
+            }
+        }
+    }
+}

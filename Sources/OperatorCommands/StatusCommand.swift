@@ -1,0 +1,126 @@
+import FoundationEssentials
+import JSON
+import Outbox
+import Postgres
+
+/// `status`: the backlog, dead and expired events, recent deliveries and disables, table sizes, and the live instances.
+struct StatusCommand: OperatorCommand {
+    static let name = "status"
+    static let summary = "Show the backlog, dead and expired events, recent deliveries, disables and the live instances."
+    static let help = """
+        Usage: medication-worker status [--json]
+
+        Counts the outbox by status (due now, oldest pending), deliveries and device disables of the last
+        hour, table sizes, and lists the live `run` instances (host, pid, version, started, last heartbeat).
+        Cheap: aggregate queries over small partial indexes. Next: `events --status DEAD` for what died,
+        `event ID` for one event.
+
+        Options:
+          --json    One JSON document with the same facts.
+        """
+
+    init(arguments: inout CommandArguments) throws(UsageError) {}
+
+    struct Report: CommandReport {
+        var events: [OutboxStatus: Int]
+        var duePending: Int
+        var oldestPendingSeconds: Double?
+        var recentDeliveries: [DeliveryStatus: Int]
+        var recentDisabled: Int
+        var outboxBytes: Int
+        var deliveryBytes: Int
+        var oldestFinishedSeconds: Double?
+        var instances: [LiveInstances.Instance]
+
+        var text: String {
+            func size(_ bytes: Int) -> String {
+                bytes >= 1 << 20 ? CommandValues.oneDecimal(Double(bytes) / 1_048_576) + " MiB" : "\(bytes / 1024) KiB"
+            }
+            var lines = [
+                "outbox events:   pending \(events[.pending] ?? 0) (due now \(duePending)), done \(events[.done] ?? 0), "
+                    + "dead \(events[.dead] ?? 0), expired \(events[.expired] ?? 0)",
+                "oldest pending:  \(CommandValues.age(oldestPendingSeconds))",
+                "deliveries (1h): sent \(recentDeliveries[.sent] ?? 0), failed \(recentDeliveries[.failed] ?? 0), "
+                    + "pending \(recentDeliveries[.pending] ?? 0); devices disabled (1h): \(recentDisabled)",
+                #"table sizes:     "PushOutbox" \#(size(outboxBytes)), "PushDelivery" \#(size(deliveryBytes))"#,
+                "oldest finished: \(CommandValues.age(oldestFinishedSeconds)) (pruned after OUTBOX_RETENTION)",
+                "instances:       \(instances.count) live",
+            ]
+            if !instances.isEmpty {
+                let rows = instances.map { instance in
+                    [instance.host, String(instance.pid), instance.version, CommandValues.timestamp(instance.startedAt),
+                     CommandValues.timestamp(instance.heartbeatAt)]
+                }
+                lines.append(CommandValues.table(["HOST", "PID", "VERSION", "STARTED", "LAST HEARTBEAT"], rows)
+                    .split(separator: "\n").map { "  " + $0 }.joined(separator: "\n"))
+            }
+            return lines.joined(separator: "\n")
+        }
+
+        var json: JSONValue {
+            func counts<K: RawRepresentable & CaseIterable>(_ values: [K: Int]) -> JSONValue where K.RawValue == String {
+                .object(Dictionary(uniqueKeysWithValues: K.allCases.map { ($0.rawValue, JSONValue.number(Double(values[$0] ?? 0))) }))
+            }
+            return .object([
+                "events": counts(events),
+                "duePending": .number(Double(duePending)),
+                "oldestPendingSeconds": oldestPendingSeconds.map(JSONValue.number) ?? .null,
+                "deliveriesLastHour": counts(recentDeliveries),
+                "devicesDisabledLastHour": .number(Double(recentDisabled)),
+                "tableBytes": .object(["PushOutbox": .number(Double(outboxBytes)), "PushDelivery": .number(Double(deliveryBytes))]),
+                "oldestFinishedSeconds": oldestFinishedSeconds.map(JSONValue.number) ?? .null,
+                "instances": .array(instances.map { instance in
+                    .object(["id": .string(instance.id), "host": .string(instance.host), "pid": .number(Double(instance.pid)),
+                             "version": .string(instance.version), "startedAt": CommandValues.timestamp(instance.startedAt),
+                             "heartbeatAt": CommandValues.timestamp(instance.heartbeatAt)])
+                }),
+            ])
+        }
+    }
+
+    static let eventCountsSQL = """
+        SELECT s.status, count(o.id) AS n
+        FROM unnest(ARRAY['PENDING', 'DONE', 'DEAD', 'EXPIRED']) AS s(status)
+        LEFT JOIN "PushOutbox" o ON o.status = s.status
+        GROUP BY s.status
+        """
+
+    static let pendingSQL = """
+        SELECT extract(epoch FROM now() - min("createdAt"))::double precision AS oldest,
+               count(*) FILTER (WHERE "availableAt" <= now()) AS due
+        FROM "PushOutbox" WHERE status = 'PENDING'
+        """
+
+    static let recentSQL = """
+        SELECT (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'PENDING') AS pending,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT') AS sent,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'FAILED') AS failed,
+               (SELECT count(*) FROM "PushDeviceDisabled" WHERE "disabledAt" > now() - interval '1 hour') AS disabled
+        """
+
+    static let sizesSQL = """
+        SELECT pg_total_relation_size('"PushOutbox"') AS outbox, pg_total_relation_size('"PushDelivery"') AS delivery,
+               (SELECT extract(epoch FROM now() - min("processedAt"))::double precision FROM "PushOutbox"
+                WHERE status IN ('DONE', 'EXPIRED')) AS oldest_finished
+        """
+
+    func run(_ context: CommandContext) async throws -> any CommandReport {
+        try await context.withDatabase { client, _ in
+            try await client.withConnection { connection in
+                var events: [OutboxStatus: Int] = [:]
+                for row in try connection.query(Self.eventCountsSQL) { events[try row["status"].decode(OutboxStatus.self)] = try row["n"].int() }
+                let pending = try connection.query(Self.pendingSQL)[0]
+                let recent = try connection.query(Self.recentSQL)[0]
+                let sizes = try connection.query(Self.sizesSQL)[0]
+                return Report(
+                    events: events, duePending: try pending["due"].int(),
+                    oldestPendingSeconds: pending["oldest"].isNull ? nil : try pending["oldest"].double(),
+                    recentDeliveries: [.pending: try recent["pending"].int(), .sent: try recent["sent"].int(), .failed: try recent["failed"].int()],
+                    recentDisabled: try recent["disabled"].int(),
+                    outboxBytes: try sizes["outbox"].int(), deliveryBytes: try sizes["delivery"].int(),
+                    oldestFinishedSeconds: sizes["oldest_finished"].isNull ? nil : try sizes["oldest_finished"].double(),
+                    instances: try LiveInstances.list(connection))
+            }
+        }
+    }
+}
