@@ -17,11 +17,8 @@ struct CommandRig {
     }
 
     /// `medication-worker NAME ARGS…` with `extra` settings; what it printed and its status.
-    func run(_ name: String, _ arguments: String..., extra: [String: String] = [:]) async -> CommandRunner.Result {
-        guard let type = CommandRunner.command(named: name) else {
-            Issue.record("no command \(name)")
-            return CommandRunner.Result(status: -1, output: "", errorOutput: "")
-        }
+    func run(_ name: String, _ arguments: String..., extra: [String: String] = [:]) async throws -> CommandRunner.Result {
+        guard let type = CommandRunner.command(named: name) else { throw TestSupportError("no command \(name)") }
         return await CommandRunner.execute(type, arguments: arguments, environment: environment.merging(extra) { $1 })
     }
 
