@@ -30,14 +30,14 @@ struct CommandRig {
         return (result.status, json)
     }
 
-    /// A patient with one ACTIVE caregiver link and a device per token; returns the device ids (`dev-<token>`).
+    /// A patient with one ACTIVE caregiver link and a device per token; returns the device ids.
     @discardableResult
     func patient(_ patient: String = "p1", caregiver: String = "c1", tokens: [String]) throws -> [String] {
         try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ($1, 'Hanako') ON CONFLICT DO NOTHING"#, [.text(patient)])
         try connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ($1, $2, $3, 'ACTIVE') ON CONFLICT DO NOTHING"#,
                              [.text("link-\(patient)-\(caregiver)"), .text(caregiver), .text(patient)])
         return try tokens.map { token in
-            let id = "dev-\(token)"
+            let id = "dev-" + UUID().uuidString.prefix(8).lowercased()
             try connection.query("""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt", "createdAt", "updatedAt")
                 VALUES ($1, 'CAREGIVER', $2, $3, 'ios', 'PROD', true, now() - interval '1 day', now(), now() - interval '1 day')

@@ -1,0 +1,203 @@
+import Foundation
+import JSON
+import OperatorCommands
+import Outbox
+import Postgres
+import TestSupport
+import Testing
+
+/// `status`, `event`, `events`, `redrive` and `resend` against the real PostgreSQL: their text, their parsed `--json`,
+/// their exit statuses, and what they changed.
+@Suite("Operator commands: events", .serialized)
+struct OutboxCommandTests {
+    @Test func redrive_leavesEventsPastMaxAgeDeadAndSaysSo() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let old = try rig.event(status: "DEAD", hoursAgo: 30, lastError: "attempts exhausted (10): UNAVAILABLE")
+            let new = try rig.event(status: "DEAD", hoursAgo: 2, lastError: "attempts exhausted (10): UNAVAILABLE")
+
+            let preview = try await rig.json("redrive", "--dry-run")
+            #expect(preview.status == 0)
+            #expect(preview.json["redriven"] == .array([.number(Double(new))]))
+            #expect(preview.json["skippedPastMaxAge"] == .array([.number(Double(old))]))
+            #expect(preview.json["dryRun"] == .bool(true))
+            #expect(try rig.scalar(#"SELECT string_agg(status, ',' ORDER BY id) FROM "PushOutbox""#) == "DEAD,DEAD")
+
+            let text = try await rig.run("redrive")
+            #expect(text.status == 0)
+            #expect(text.output.contains("redriven 1 event(s): \(new)"))
+            #expect(text.output.contains("skipped 1 past EVENT_MAX_AGE (24.0h): \(old)"))
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(old)]) == "DEAD")
+            #expect(try rig.scalar(#"SELECT status || ':' || attempts FROM "PushOutbox" WHERE id = $1"#, [.int(new)]) == "PENDING:0")
+
+            // The one named event that cannot be redriven is a failure, with the reason.
+            let one = try await rig.json("redrive", "--event", "\(old)")
+            #expect(one.status == 1)
+            #expect(one.json["skippedPastMaxAge"] == .array([.number(Double(old))]))
+            // A longer EVENT_MAX_AGE makes it redrivable.
+            let longer = try await rig.json("redrive", "--event", "\(old)", extra: ["EVENT_MAX_AGE": "48h"])
+            #expect(longer.status == 0)
+            #expect(longer.json["redriven"] == .array([.number(Double(old))]))
+            let notDead = try await rig.json("redrive", "--event", "\(new)")
+            #expect(notDead.status == 1)
+            #expect(notDead.json["error"]?["message"]?.stringValue?.contains("is PENDING, not DEAD") == true)
+        }
+    }
+
+    @Test func redrive_since_takesOnlyEventsThatDiedInTheWindow() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let recent = try rig.event(status: "DEAD", hoursAgo: 1)
+            let earlier = try rig.event(status: "DEAD", hoursAgo: 5)
+            try rig.connection.query(#"UPDATE "PushOutbox" SET "processedAt" = now() - interval '4 hours' WHERE id = $1"#, [.int(earlier)])
+            let result = try await rig.json("redrive", "--since", "1h")
+            #expect(result.json["redriven"] == .array([.number(Double(recent))]))
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(earlier)]) == "DEAD")
+            let none = try await rig.run("redrive", "--since", "1h")
+            #expect(none.output == "no DEAD events that died within 60m")
+        }
+    }
+
+    @Test func event_showsEveryDeliveryWithTheTokenMasked() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            let devices = try rig.patient(tokens: ["abcdef-the-secret-middle-uvwxyz", "ghijkl-another-secret-rstuvw"])
+            let id = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g")
+            try rig.delivery("del-1", key: "doseTaken:g", device: devices[0], status: "SENT")
+            try rig.delivery("del-2", key: "doseTaken:g", device: devices[1], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
+
+            for selector in ["\(id)", "doseTaken:g"] {
+                let result = try await rig.json("event", selector)
+                #expect(result.status == 0)
+                #expect(result.json["event"]?["id"] == .number(Double(id)))
+                #expect(result.json["event"]?["status"] == .string("DONE"))
+                let deliveries = try #require(result.json["deliveries"]?.arrayValue)
+                #expect(deliveries.map { $0["token"]?.stringValue } == ["abcdef…uvwxyz", "ghijkl…rstuvw"])
+                #expect(deliveries.map { $0["status"]?.stringValue } == ["SENT", "FAILED"])
+                #expect(deliveries[0]["fcmMessageId"] == .string("projects/p/messages/1"))
+                #expect(deliveries[1]["lastError"] == .string("THIRD_PARTY_AUTH_ERROR"))
+                #expect(deliveries[0]["sentAt"]?.stringValue != nil)
+            }
+            let text = try await rig.run("event", "\(id)")
+            #expect(text.output.contains("event \(id)  DONE  DOSE_TAKEN  patient p1"))
+            #expect(text.output.contains("abcdef…uvwxyz"))
+            #expect(!text.output.contains("secret"))
+            let missing = try await rig.json("event", "999999")
+            #expect(missing.status == 1)
+            #expect(missing.json["error"]?["message"]?.stringValue?.contains("no outbox event has id 999999") == true)
+        }
+    }
+
+    @Test func events_listsTheNewestInOneStateWithTheirLastError() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let first = try rig.event(status: "DEAD", hoursAgo: 3, lastError: "bad payload: slot")
+            let second = try rig.event(status: "DEAD", hoursAgo: 1, lastError: "attempts exhausted (10): INTERNAL")
+            _ = try rig.event(status: "EXPIRED", hoursAgo: 30)
+            let all = try await rig.json("events", "--status", "DEAD")
+            #expect(all.json["events"]?.arrayValue?.map { $0["id"] } == [.number(Double(second)), .number(Double(first))])
+            #expect(all.json["events"]?.arrayValue?.first?["lastError"] == .string("attempts exhausted (10): INTERNAL"))
+            let recent = try await rig.json("events", "--status", "dead", "--since", "2h")
+            #expect(recent.json["events"]?.arrayValue?.count == 1)
+            let limited = try await rig.run("events", "--status", "DEAD", "--limit", "1")
+            #expect(limited.output.contains("1 DEAD event(s) (the newest 1; --limit for more)"))
+            let bad = try await rig.json("events", "--status", "DONE")
+            #expect(bad.status == 64)
+            #expect(bad.json["error"]?["kind"] == .string("usage"))
+        }
+    }
+
+    @Test func resend_sendsFailedDeliveriesAgainButNotToDisabledDevices() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            let devices = try rig.patient(tokens: ["token-healthy-aaaaaaaaaaaa", "token-disabled-bbbbbbbbbb"])
+            try rig.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = $1"#, [.text(devices[1])])
+            let id = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g")
+            try rig.delivery("del-1", key: "doseTaken:g", device: devices[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
+            try rig.delivery("del-2", key: "doseTaken:g", device: devices[1], status: "FAILED", lastError: "UNREGISTERED")
+
+            let preview = try await rig.json("resend", "--event", "\(id)", "--dry-run")
+            #expect(preview.status == 0)
+            #expect(preview.json["resent"] == .array([.string("del-1")]))
+            #expect(preview.json["skipped"]?.arrayValue?.first?["id"] == .string("del-2"))
+            #expect(try rig.scalar(#"SELECT status FROM "PushDelivery" WHERE id = 'del-1'"#) == "FAILED")
+
+            let done = try await rig.run("resend", "--event", "\(id)")
+            #expect(done.status == 0)
+            #expect(done.output.contains("resent 1 delivery(ies) of event \(id): del-1"))
+            #expect(done.output.contains("skipped del-2: device disabled"))
+            #expect(try rig.scalar(#"SELECT status FROM "PushDelivery" WHERE id = 'del-1'"#) == "PENDING")
+            #expect(try rig.scalar(#"SELECT status FROM "PushDelivery" WHERE id = 'del-2'"#) == "FAILED")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(id)]) == "PENDING")
+            #expect(try rig.scalar(#"SELECT "isEnabled"::text FROM "PushDevice" WHERE id = $1"#, [.text(devices[1])]) == "false")
+
+            // Nothing left to resend: a failure, not a success.
+            let again = try await rig.json("resend", "--delivery", "del-1")
+            #expect(again.status == 1)
+            #expect(again.json["error"]?["message"]?.stringValue?.contains("del-1 is PENDING, not FAILED") == true)
+            // An event past EVENT_MAX_AGE would only expire.
+            let old = try rig.event(status: "DONE", hoursAgo: 30, key: "doseTaken:old")
+            try rig.delivery("del-3", key: "doseTaken:old", device: devices[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
+            let tooOld = try await rig.json("resend", "--event", "\(old)")
+            #expect(tooOld.status == 1)
+            #expect(tooOld.json["skipped"]?.arrayValue?.first?["reason"]?.stringValue?.contains("EVENT_MAX_AGE") == true)
+            let usage = try await rig.run("resend")
+            #expect(usage.status == 64)
+        }
+    }
+
+    @Test func status_countsTheQueueAndListsTheLiveInstances() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            _ = try rig.event(status: "DEAD", hoursAgo: 1)
+            _ = try rig.event(status: "PENDING", hoursAgo: 0.1)
+            let instances = LiveInstances(client: PostgresClient(conninfo: conninfo))
+            #expect(try await instances.heartbeat(version: "9.9.9") == 1)
+            // A row whose heartbeat stopped long ago is not live.
+            try rig.connection.query("""
+                INSERT INTO "_medication_worker_instances" (id, host, pid, version, "heartbeatAt")
+                VALUES (gen_random_uuid(), 'gone-host', 1, '0.0.1', now() - interval '5 minutes')
+                """)
+            let status = try await rig.json("status")
+            #expect(status.status == 0)
+            #expect(status.json["events"]?["DEAD"] == .number(1))
+            #expect(status.json["events"]?["PENDING"] == .number(1))
+            let live = try #require(status.json["instances"]?.arrayValue)
+            #expect(live.count == 1)
+            #expect(live[0]["version"] == .string("9.9.9"))
+            #expect(live[0]["pid"]?.intValue == Int(getpid()))
+            let text = try await rig.run("status")
+            #expect(text.output.contains("instances:       1 live"))
+            #expect(text.output.contains("9.9.9"))
+            #expect(!text.output.contains("gone-host"))
+            try await instances.leave()
+            #expect(try await rig.json("status").json["instances"] == .array([]))
+        }
+    }
+
+    @Test func everyCommand_hasItsOwnHelpAndRefusesUnknownOptions() async throws {
+        for type in CommandRunner.commands {
+            let help = await CommandRunner.execute(type, arguments: ["--help"], environment: [:])
+            #expect(help.status == 0)
+            #expect(help.output.hasPrefix("Usage: medication-worker \(type.name)"), "\(type.name): \(help.output)")
+            let unknown = await CommandRunner.execute(type, arguments: ["--no-such-option", "--json"], environment: [:])
+            #expect(unknown.status == 64, "\(type.name)")
+            #expect(JSONValue.parse(unknown.output)?["error"]?["kind"] == .string("usage"), "\(type.name): \(unknown.output)")
+        }
+    }
+
+    @Test func databaseCommands_withoutDatabaseURL_exit78NamingIt() async throws {
+        for name in ["status", "events", "redrive"] {
+            let type = try #require(CommandRunner.command(named: name))
+            let arguments = name == "events" ? ["--status", "DEAD", "--json"] : ["--json"]
+            let result = await CommandRunner.execute(type, arguments: arguments, environment: ["EVENT_MAX_AGE": "24h"])
+            #expect(result.status == 78)
+            #expect(JSONValue.parse(result.output)?["error"]?["setting"] == .string("DATABASE_URL"))
+            #expect(result.errorOutput.contains("DATABASE_URL: is not set"))
+        }
+    }
+}
