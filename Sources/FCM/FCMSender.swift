@@ -149,6 +149,7 @@ public final class FCMSender: PushSender {
         }
     }
 
+    /// FCM's errorCode for a token of another sender, and the reason a device is disabled with.
     static let senderIdMismatch = "SENDER_ID_MISMATCH"
     /// How long an undecided SENDER_ID_MISMATCH waits at least before it is sent again (the engine's backoff may be longer).
     static let undecidedMismatchRetry: Duration = .seconds(2)
