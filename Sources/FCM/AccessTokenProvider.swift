@@ -7,15 +7,37 @@ import Metrics
 import Synchronization
 
 /// OAuth2 access tokens for FCM from a service account (RFC 7523 JWT bearer grant). Cached and refreshed in
-/// the background from `refreshMargin` before expiry, so no send waits for Google while the token it has is
-/// still good; one refresh is shared by every concurrent caller. A refused or unanswered token request is
+/// the background from `refreshMargin` before expiry (half its life for a token that lives less than twice
+/// that), so no send waits for Google while the token it has is still good and no send causes a fetch of its
+/// own; one refresh is shared by every concurrent caller. A refused or unanswered token request is
 /// backed off (6 s, 12 s, 24 s, … 60 s: never more than 10 a minute), and `onStatus` tells readiness why.
 public actor AccessTokenProvider {
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
-    /// Refresh in the background from this long before the token expires.
+    /// Refresh in the background from this long before the token expires (at most half its life).
     public static let refreshMargin: TimeInterval = 300
-    /// A token with less than this left is not used: callers wait for a new one.
+    /// A token with less than this left is not used: callers wait for a new one (at most a quarter of its life).
     public static let expiryMargin: TimeInterval = 60
+
+    /// The margins for a token that lives `lifetime` seconds: Google's hour-long tokens get the full margins; a
+    /// short-lived one (a proxy, an emulator, a workload-identity broker) is refreshed halfway through its life
+    /// and used until its last quarter, never "due for refresh" from the moment it arrives (SPEC §3).
+    public static func margins(lifetime: TimeInterval) -> (refresh: TimeInterval, expiry: TimeInterval) {
+        (min(refreshMargin, lifetime / 2), min(expiryMargin, lifetime / 4))
+    }
+
+    /// A cached token, when it expires and its margins.
+    struct Cached: Sendable {
+        var token: String
+        var expiresAt: Date
+        var refreshMargin: TimeInterval
+        var expiryMargin: TimeInterval
+
+        init(token: String, expiresAt: Date, lifetime: TimeInterval) {
+            self.token = token
+            self.expiresAt = expiresAt
+            (refreshMargin, expiryMargin) = AccessTokenProvider.margins(lifetime: lifetime)
+        }
+    }
     /// Waits between failed token requests: 6 s doubling to 60 s.
     public static let failureBackoff = (first: 6.0, cap: 60.0)
 
@@ -33,14 +55,14 @@ public actor AccessTokenProvider {
     private let requests: Counter
     private let logger: Logger
     private let onStatus: @Sendable (Status) -> Void
-    private var cached: (token: String, expiresAt: Date)? {
+    private var cached: Cached? {
         didSet { current.withLock { $0 = cached } }
     }
     /// The cached token, readable without hopping onto the actor (every send reads it).
-    private nonisolated let current = Mutex<(token: String, expiresAt: Date)?>(nil)
+    private nonisolated let current = Mutex<Cached?>(nil)
     /// A background refresh has been started and not finished.
     private nonisolated let refreshing = Mutex(false)
-    private var inFlight: Task<(String, Date), any Error>?
+    private var inFlight: Task<Cached, any Error>?
     /// The last failure and when the next request may go out.
     private var failure: (error: any Error, attempts: Int, retryAt: Date)?
 
@@ -56,20 +78,20 @@ public actor AccessTokenProvider {
         requests = metrics.counter("fcm_token_requests_total", help: "Requests made to the OAuth token endpoint, answered or not.")
     }
 
-    /// A valid access token: the cached one while it has more than `expiryMargin` left, else a new one.
+    /// A valid access token: the cached one while it has more than its expiry margin left, else a new one.
     public nonisolated func token() async throws -> String {
         if let fresh = cachedToken() { return fresh }
         return try await refreshedToken(force: false)
     }
 
-    /// The cached token while it has more than `expiryMargin` left; nil when callers must wait for a fetch. From
-    /// `refreshMargin` before expiry, it starts one background refresh (and keeps answering with the old token).
-    /// No suspension.
+    /// The cached token while it has more than its expiry margin left; nil when callers must wait for a fetch.
+    /// From its refresh margin before expiry, it starts one background refresh (and keeps answering with the old
+    /// token). No suspension.
     public nonisolated func cachedToken() -> String? {
         guard let fresh = current.withLock({ $0 }) else { return nil }
         let left = fresh.expiresAt.timeIntervalSince(now())
-        guard left > Self.expiryMargin else { return nil }
-        if left <= Self.refreshMargin, refreshing.withLock({ started in defer { started = true }; return !started }) {
+        guard left > fresh.expiryMargin else { return nil }
+        if left <= fresh.refreshMargin, refreshing.withLock({ started in defer { started = true }; return !started }) {
             Task { await self.refreshInBackground() }
         }
         return fresh.token
@@ -85,23 +107,23 @@ public actor AccessTokenProvider {
         refreshing.withLock { $0 = false }
     }
 
-    /// A new token unless one with more than `refreshMargin` left is cached (or, `force` false, `expiryMargin`).
+    /// A new token unless one with more than its refresh margin left is cached (or, `force` false, its expiry margin).
     private func refreshedToken(force: Bool) async throws -> String {
-        if let cached, cached.expiresAt.timeIntervalSince(now()) > (force ? Self.refreshMargin : Self.expiryMargin) { return cached.token }
-        if let inFlight { return try await inFlight.value.0 }
+        if let cached, cached.expiresAt.timeIntervalSince(now()) > (force ? cached.refreshMargin : cached.expiryMargin) { return cached.token }
+        if let inFlight { return try await inFlight.value.token }
         if let failure, now() < failure.retryAt { throw failure.error }
         let task = Task { try await self.fetch() }
         inFlight = task
         defer { inFlight = nil }
         do {
-            let (token, expiresAt) = try await task.value
-            cached = (token, expiresAt)
+            let fetched = try await task.value
+            cached = fetched
             if failure != nil {
                 logger.notice("the OAuth token endpoint accepts the service account again")
                 failure = nil
             }
             onStatus(.ok)
-            return token
+            return fetched.token
         } catch {
             let attempts = (failure?.attempts ?? 0) + 1
             let wait = min(Self.failureBackoff.cap, Self.failureBackoff.first * Double(1 << min(attempts - 1, 10)))
@@ -117,7 +139,7 @@ public actor AccessTokenProvider {
         if cached?.token == token { cached = nil }
     }
 
-    private func fetch() async throws -> (String, Date) {
+    private func fetch() async throws -> Cached {
         let issuedAt = now()
         struct Header: Encodable { let alg = "RS256", typ = "JWT", kid: String? }
         struct Claims: Encodable { let iss: String, scope: String, aud: String, iat: Int, exp: Int }
@@ -146,7 +168,7 @@ public actor AccessTokenProvider {
         let lifetime = object?["expires_in"]?.numberValue ?? 3600
         refreshes.increment()
         logger.debug("fetched FCM access token", metadata: ["fcm.token_lifetime_s": "\(Int(lifetime))"])
-        return (token, issuedAt.addingTimeInterval(lifetime))
+        return Cached(token: token, expiresAt: issuedAt.addingTimeInterval(lifetime), lifetime: lifetime)
     }
 
     private func formEncode(_ value: String) -> String { PercentEncoding.component(value) }

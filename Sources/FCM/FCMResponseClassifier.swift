@@ -108,6 +108,7 @@ public enum FCMResponseClassifier {
         if code == "UNREGISTERED" || (code == nil && error.status == "NOT_FOUND") {
             return .outcome(.tokenInvalid(reason: "UNREGISTERED"))
         }
+        // Evidence against the token only when other devices answer healthy: FCMSender judges it (SenderMismatchBrake).
         if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
         if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
         if code == "UNAVAILABLE" || code == "INTERNAL" { return .outcome(.retry(reason: code!, after: retryAfter, minimumBackoff: nil)) }

@@ -33,6 +33,10 @@ public final class FCMSender: PushSender {
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
     private let gate: SendGate
+    /// Tells a stale token's SENDER_ID_MISMATCH from a wrong key's (SPEC §3).
+    private let mismatches: SenderMismatchGuard
+    /// The gate's reason for a wrong key: names SENDER_ID_MISMATCH and the key's project for `/readyz` and the log.
+    private let wrongKeyReason: String
 
     /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check);
     /// `onCredentials` what the OAuth token endpoint last said (`fcm_credentials`).
@@ -40,7 +44,12 @@ public final class FCMSender: PushSender {
                 now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                 onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws(HTTPError) {
         // Overload and connection faults pause after this many in a row (a single device's 429 must not).
-        gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), logger: logger, metrics: metrics, onHealth: onHealth)
+        let mismatches = SenderMismatchGuard(metrics: metrics)
+        self.mismatches = mismatches
+        gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), logger: logger, metrics: metrics, onHealth: onHealth,
+                        onResume: { mismatches.recovered() })
+        wrongKeyReason = "SENDER_ID_MISMATCH from most devices: the service account (project \(configuration.serviceAccount.projectId)) "
+            + "is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
         http = try HTTPClient(configuration: configuration.http)
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
                                      logger: logger, now: now, onStatus: onCredentials)
@@ -108,11 +117,14 @@ public final class FCMSender: PushSender {
             // A success never needs the headers: skip parsing them.
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
+            case .outcome(.tokenInvalid(reason: Self.senderIdMismatch)):
+                judgeMismatch(push, ticket: ticket, completion)
             case .outcome(let outcome):
                 if case .retry(let reason, let after, _) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
                     gate.fault(.overload, reason: reason, retryAfter: after, ticket: ticket)
                 } else {
                     // A device over its own message rate says nothing against FCM or the project.
+                    if Self.vouchesForTheKey(outcome) { mismatches.healthy(token: push.token) }
                     gate.healthy(ticket: ticket)
                 }
                 completion(outcome)
@@ -134,6 +146,38 @@ public final class FCMSender: PushSender {
                     }
                 }
             }
+        }
+    }
+
+    /// FCM's errorCode for a token of another sender, and the reason a device is disabled with.
+    static let senderIdMismatch = "SENDER_ID_MISMATCH"
+    /// How long an undecided SENDER_ID_MISMATCH waits at least before it is sent again (the engine's backoff may be longer).
+    static let undecidedMismatchRetry: Duration = .seconds(2)
+
+    /// A SENDER_ID_MISMATCH is evidence against the device only when other devices' answers show the key is right
+    /// (SPEC §3 "A wrong key is not evidence against the fleet").
+    private func judgeMismatch(_ push: DoseTakenPush, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
+        switch mismatches.mismatch(token: push.token) {
+        case .disable:
+            gate.healthy(ticket: ticket)
+            completion(.tokenInvalid(reason: Self.senderIdMismatch))
+        case .projectFault:
+            gate.fault(.project, reason: wrongKeyReason, retryAfter: nil, ticket: ticket)
+            completion(.retry(reason: "PROJECT_FAULT: \(Self.senderIdMismatch)", after: nil, minimumBackoff: nil))
+        case .undecided:
+            // Too little evidence to disable or to pause: the device keeps its token and the send comes back. FCM did
+            // answer for the device, so a probe that gets this answer ends its pause (never a stuck gate).
+            gate.healthy(ticket: ticket)
+            completion(.retry(reason: "\(Self.senderIdMismatch)_UNCONFIRMED", after: Self.undecidedMismatchRetry, minimumBackoff: nil))
+        }
+    }
+
+    /// An answer about the device itself (accepted, a dead token, its own message rate) shows the key belongs to the
+    /// token's project. Payload bugs and APNs credentials say nothing about that.
+    private static func vouchesForTheKey(_ outcome: SendOutcome) -> Bool {
+        switch outcome {
+        case .sent, .tokenInvalid, .retry: true
+        case .permanentFailure, .notSent: false
         }
     }
 

@@ -7,7 +7,8 @@ import Timekeeping
 
 /// What kind of fault paused sending (the `fcm.fault` log field and the metric label).
 public enum FCMFault: String, Sendable, CaseIterable {
-    /// 403 without SENDER_ID_MISMATCH, an answer that is not Google's JSON error, a 401 that persists after a refresh.
+    /// 403 without SENDER_ID_MISMATCH, SENDER_ID_MISMATCH from most devices (a wrong key), an answer that is not
+    /// Google's JSON error, a 401 that persists after a refresh.
     case project
     /// 429 or 5xx: FCM is overloaded or down.
     case overload
@@ -59,16 +60,19 @@ final class SendGate: Sendable {
     private let state = Mutex(State())
     private let logger: Logger
     private let onHealth: @Sendable (FCMHealth) -> Void
+    private let onResume: @Sendable () -> Void
     private let paused: Gauge
     private let probes: Counter
     private let faults: [FCMFault: Counter]
 
+    /// `onResume` hears that a probe succeeded and sending resumed, before the held sends go out.
     init(threshold: Int, maxBackoff: Duration = .seconds(10), logger: Logger, metrics: MetricsRegistry,
-         onHealth: @escaping @Sendable (FCMHealth) -> Void) {
+         onHealth: @escaping @Sendable (FCMHealth) -> Void, onResume: @escaping @Sendable () -> Void = {}) {
         self.threshold = max(1, threshold)
         self.maxBackoff = maxBackoff
         self.logger = logger
         self.onHealth = onHealth
+        self.onResume = onResume
         paused = metrics.gauge("fcm_send_paused", help: "1 while sending to FCM is paused for a project-wide fault.")
         probes = metrics.counter("fcm_probes_total", help: "Single requests sent to learn whether FCM recovered from a pause.")
         var faults: [FCMFault: Counter] = [:]
@@ -113,6 +117,7 @@ final class SendGate: Sendable {
             return (released, state.episode)
         }
         if let recovered {
+            onResume()
             paused.set(0)
             onHealth(.ok)
             logger.notice("FCM answers again; sending resumed", metadata: [

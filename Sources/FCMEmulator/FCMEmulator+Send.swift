@@ -17,6 +17,10 @@ extension FCMEmulator {
         case .message(let token, let collapseId): message = (token, collapseId)
         }
         if let answer = transientAnswer(token: message.token) { return answer }
+        if state.withLock({ $0.projectFault }) == .senderIdMismatch {
+            count("project_sender_id_mismatch")
+            return Self.senderIdMismatch()
+        }
         if let answer = tokenAnswer(token: message.token, project: project) { return answer }
         return accept(request, token: message.token, collapseId: message.collapseId, project: project)
     }
@@ -43,9 +47,15 @@ extension FCMEmulator {
             count("project_unavailable")
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                     retryAfter: String(seconds))
-        case nil:
+        case .senderIdMismatch?, nil:
+            // SENDER_ID_MISMATCH needs an authenticated, valid message first: `send` answers it.
             return nil
         }
+    }
+
+    /// FCM's answer to a token registered with another sender (another Firebase project than the key's).
+    static func senderIdMismatch() -> HTTPServerResponse {
+        googleError(403, "PERMISSION_DENIED", "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH")
     }
 
     /// FCM's validation of the body: at most 4,096 bytes, JSON, a token, string data values, APNs headers as FCM and
@@ -162,7 +172,7 @@ extension FCMEmulator {
         }
         let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
             ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
-            ("mismatch-", { Self.googleError(403, "PERMISSION_DENIED", "SenderId mismatch", errorCode: "SENDER_ID_MISMATCH") }),
+            ("mismatch-", { Self.senderIdMismatch() }),
             // The invalid-token answer in both shapes FCM uses: named by the message, or by a field violation.
             ("invalid-", { Self.googleError(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
                                              errorCode: "INVALID_ARGUMENT") }),

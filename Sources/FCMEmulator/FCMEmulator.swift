@@ -94,6 +94,9 @@ public final class FCMEmulator: Sendable {
         case permissionDenied
         /// A proxy's (or a mistyped base URL's) HTML 404.
         case htmlNotFound
+        /// 403 SENDER_ID_MISMATCH (with the FcmError detail) for every token, as FCM answers a service account of
+        /// another Firebase project than the tokens'. Answered after authentication and validation, as FCM does.
+        case senderIdMismatch
     }
 
     /// Refuses every token request as Google does when the service account's key is deleted or disabled (400

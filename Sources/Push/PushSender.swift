@@ -39,7 +39,7 @@ public enum SendOutcome: Sendable, Equatable {
     /// Try again later: after `after` when FCM said so (Retry-After), else the caller's backoff.
     /// `minimumBackoff` is a floor for the caller's backoff (60 s for QUOTA_EXCEEDED without Retry-After).
     case retry(reason: String, after: Duration?, minimumBackoff: Duration?)
-    /// The token is dead (UNREGISTERED, SENDER_ID_MISMATCH, invalid token): disable the device.
+    /// The token is dead (UNREGISTERED, a stale token's SENDER_ID_MISMATCH, invalid token): disable the device.
     case tokenInvalid(reason: String)
     /// Will never succeed as is (payload bug, APNs credentials): fail, keep the device, alert.
     case permanentFailure(reason: String)

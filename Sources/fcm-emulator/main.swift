@@ -7,6 +7,8 @@ import HTTPServer
 //                [--latency-ms 0] [--no-record] [--unavailable-seconds N [--unavailable-retry-after S]]
 //                [--refuse-tokens-seconds N]   (the token endpoint answers invalid_grant for the first N seconds)
 //                [--token-bytes N]             (issued access tokens are N bytes long, as Google's ~1 KB ones)
+//                [--token-lifetime S]          (issued access tokens expire after S seconds; Google's live 3600)
+//                [--sender-id-mismatch]        (every send answers 403 SENDER_ID_MISMATCH: a key of another project)
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
 
 func fail(_ message: String) -> Never {
@@ -19,7 +21,7 @@ var flags: Set<String> = []
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
     guard argument.hasPrefix("--") else { fail("unexpected argument \(argument)") }
-    if argument == "--no-record" { flags.insert(argument); continue }
+    if argument == "--no-record" || argument == "--sender-id-mismatch" { flags.insert(argument); continue }
     guard let value = arguments.next() else { fail("\(argument) needs a value") }
     options[argument] = value
 }
@@ -40,11 +42,16 @@ if let bytes = options["--token-bytes"] {
     guard let length = Int(bytes), (1...8192).contains(length) else { fail("--token-bytes must be 1...8192, got \(bytes)") }
     configuration.tokenBytes = length
 }
+if let seconds = options["--token-lifetime"] {
+    guard let lifetime = Int(seconds), (1...3600).contains(lifetime) else { fail("--token-lifetime must be 1...3600 seconds, got \(seconds)") }
+    configuration.tokenLifetime = lifetime
+}
 configuration.unavailableFor = .seconds(Int(options["--unavailable-seconds"] ?? "0") ?? 0)
 if let retryAfter = options["--unavailable-retry-after"].flatMap(Int.init) { configuration.unavailableRetryAfter = .seconds(retryAfter) }
 let emulator: FCMEmulator
 do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }
 if let seconds = options["--refuse-tokens-seconds"].flatMap(Int.init), seconds > 0 { emulator.refuseTokens(for: .seconds(seconds)) }
+if flags.contains("--sender-id-mismatch") { emulator.setProjectFault(.senderIdMismatch) }
 print("fcm-emulator listening on \(emulator.baseURL) (token endpoint \(emulator.tokenURI))")
 fflush(nil)
 signal(SIGTERM, SIG_IGN)

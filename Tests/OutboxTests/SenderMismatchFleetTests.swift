@@ -1,0 +1,100 @@
+import FCM
+import FCMEmulator
+import Foundation
+import Lifecycle
+import Outbox
+import Push
+import Synchronization
+import TestSupport
+import Testing
+
+/// The real engine, the real FCM sender and PostgreSQL against the emulator answering SENDER_ID_MISMATCH
+/// (SPEC §3 "A wrong key is not evidence against the fleet").
+@Suite("Delivery engine: a wrong key and a stale token (emulator)")
+struct SenderMismatchFleetTests {
+    static func count(_ db: Fixtures, _ sql: String) throws -> Int { try db.connection.query(sql)[0]["n"].int() }
+
+    static func pausedForWrongKey(_ health: FCMHealth) -> Bool {
+        if case .paused(.project, let reason) = health { reason.contains("SENDER_ID_MISMATCH") } else { false }
+    }
+
+    /// A key of another project: every send of a 120-device fleet answers SENDER_ID_MISMATCH. Nothing is disabled
+    /// (at most 10 would be allowed), nothing FAILED, sending pauses naming SENDER_ID_MISMATCH; once FCM accepts the
+    /// key, with no restart, every delivery is SENT exactly once.
+    @Test func wrongKey_fleetOf120_disablesNothing_pauses_andDeliversEverythingOnceFixed() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let health = Mutex<[FCMHealth]>([])
+            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: (0..<120).map { "fleet-\($0)" })
+                for group in 0..<2 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                emulator.setProjectFault(.senderIdMismatch)
+                let stop = StopSignal()
+                let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
+                let running = Task { await engine.run(until: stop) }
+
+                #expect(try await FCMFaultTests.eventually(30) { health.withLock { $0.contains(where: Self.pausedForWrongKey) } })
+                #expect(try await FCMFaultTests.eventually(30) {
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'PROJECT_FAULT: SENDER_ID_MISMATCH'"#) > 0
+                })
+                // A few probes' worth of the fault.
+                try await Task.sleep(for: .seconds(3))
+                #expect(health.withLock { $0.last.map(Self.pausedForWrongKey) } == true)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
+                try FCMFaultTests.expectNothingDisabledSettledOrFinished(db)
+                #expect((emulator.stats.sendsByOutcome["project_sender_id_mismatch"] ?? 0) <= 20 + 5)
+
+                emulator.setProjectFault(nil)
+                #expect(try await FCMFaultTests.eventually(60) {
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 2
+                })
+                stop.request(grace: .seconds(5))
+                await running.value
+                let deliveries = try db.deliveries()
+                #expect(deliveries.count == 240)
+                #expect(deliveries.allSatisfy { $0.status == "SENT" })
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
+                #expect(emulator.stats.distinctAccepted == 240)
+                #expect(emulator.stats.duplicates == 0)
+                #expect(health.withLock { $0.last } == .ok)
+            }
+        }
+    }
+
+    /// One stale token (registered with another sender) among twenty healthy devices: it is disabled, the twenty
+    /// get every push, and sending never pauses.
+    @Test func staleTokenAmongTwentyHealthy_isDisabled_theRestSent_noPause() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let health = Mutex<[FCMHealth]>([])
+            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: (0..<20).map { "good-\($0)" } + ["mismatch-stale"])
+                for group in 0..<3 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                let stop = StopSignal()
+                let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
+                let running = Task { await engine.run(until: stop) }
+                #expect(try await FCMFaultTests.eventually(30) {
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 3
+                })
+                stop.request(grace: .seconds(5))
+                await running.value
+
+                let disabled = try db.connection.query(#"SELECT token FROM "PushDevice" WHERE NOT "isEnabled""#).map { try $0["token"].string() }
+                #expect(disabled == ["mismatch-stale"])
+                let good = try Self.count(db, #"""
+                    SELECT count(*) AS n FROM "PushDelivery" d JOIN "PushDevice" v ON v.id = d."pushDeviceId"
+                    WHERE v.token LIKE 'good-%' AND d.status = 'SENT'
+                    """#)
+                #expect(good == 60)
+                let stale = try db.connection.query(#"""
+                    SELECT d.status, d."lastError" FROM "PushDelivery" d JOIN "PushDevice" v ON v.id = d."pushDeviceId"
+                    WHERE v.token = 'mismatch-stale'
+                    """#)
+                #expect(!stale.isEmpty)
+                #expect(try stale.allSatisfy { try $0["status"].string() == "FAILED" })
+                #expect(emulator.stats.distinctAccepted == 60)
+                #expect(!health.withLock { $0.contains { if case .paused = $0 { true } else { false } } })
+            }
+        }
+    }
+}
