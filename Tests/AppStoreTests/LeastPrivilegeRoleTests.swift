@@ -121,6 +121,10 @@ struct LeastPrivilegeRoleTests {
             #expect(gauges, "the status gauges were not published")
             #expect(swept, "the entitlement sweep did not run")
             #expect(polled, "notification history wrote no checkpoint")
+            // The instance row, kept under the role, is what `status` lists.
+            let live = try Self.run(["status", "--json"], environment: environment)
+            #expect(live.status == 0, "status: \(live.output)")
+            #expect(live.output.contains(#""pid":\#(daemon.processIdentifier)"#), "status lists the running instance: \(live.output)")
             daemon.terminate()
             daemon.waitUntilExit()
             #expect(daemon.terminationStatus == 0)
@@ -129,6 +133,20 @@ struct LeastPrivilegeRoleTests {
 
             let status = try Self.run(["status"], environment: environment)
             #expect(status.status == 0, "status: \(status.output)")
+            #expect(status.output.contains("instances:       0 live"), "a clean stop deletes the instance row: \(status.output)")
+            // Every operator command under the role: reading, previews, and the writes.
+            let doneEvent = try await db.query(#"SELECT id FROM "PushOutbox" WHERE "eventKey" = 'doseTaken:g-role'"#)[0]["id"].int()
+            for arguments in [["event", "\(doneEvent)"], ["event", "doseTaken:g-role"], ["events", "--status", "DEAD"],
+                              ["redrive", "--dry-run"], ["devices", "disabled"], ["devices", "enable", "--since", "1h", "--dry-run"]] {
+                let result = try Self.run(arguments + ["--json"], environment: environment)
+                #expect(result.status == 0, "\(arguments): \(result.output)")
+            }
+            let disabled = try Self.run(["devices", "disabled", "--json"], environment: environment)
+            #expect(disabled.output.contains(#""pushDeviceId":"d2""#) && disabled.output.contains(#""reason":"UNREGISTERED""#), "\(disabled.output)")
+            let enabled = try Self.run(["devices", "enable", "--since", "1h"], environment: environment)
+            #expect(enabled.status == 0 && enabled.output.contains("re-enabled 1 device(s)"), "devices enable: \(enabled.output)")
+            let resent = try Self.run(["resend", "--event", "\(doneEvent)"], environment: environment)
+            #expect(resent.status == 0 && resent.output.contains("resent 1 delivery(ies)"), "resend: \(resent.output)")
             let redrive = try Self.run(["redrive"], environment: environment)
             #expect(redrive.status == 0, "redrive: \(redrive.output)")
             #expect(try await db.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DEAD'"#)[0]["n"].int() == 0)
