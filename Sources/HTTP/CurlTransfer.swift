@@ -26,6 +26,8 @@ final class CurlTransfer {
     var id: UInt64 = 0
     /// The server this transfer goes to, while that server's protocol is not known yet.
     var probing: Substring?
+    /// The server is not known to multiplex: this transfer may need a connection of its own.
+    var needsOwnConnection = false
     private var completion: HTTPClient.Completion?
 
     init(configuration: HTTPClientConfiguration, caBundlePath: String?) throws(HTTPError) {

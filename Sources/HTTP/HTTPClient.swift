@@ -178,6 +178,13 @@ public final class HTTPClient: Sendable {
         var socketScratch = [Int32](repeating: -1, count: 64)
         /// An answer came over HTTP/2, and the host connection limit is the multiplexed one.
         var multiplexed = false
+        /// CURLMOPT_MAX_HOST_CONNECTIONS as last set.
+        var hostConnectionLimit: Int
+        /// Transfers in progress to servers not known to multiplex (HTTP/1.1, or not answered yet): each may need a
+        /// connection of its own.
+        var unmultiplexedInFlight = 0
+        /// The last URL found to go to a server known to multiplex.
+        var lastMultiplexedURL = ""
         /// Servers (scheme://authority) that have answered, and whether over HTTP/2.
         var protocols: [Substring: Bool] = [:]
         /// Transfers in progress to servers that have not answered yet. Until a server's first answer tells whether
@@ -188,7 +195,10 @@ public final class HTTPClient: Sendable {
         /// The queue's first request waits for its server's first answer (so the driver may sleep until one comes).
         var headWaitsForProtocol = false
 
-        init(client: HTTPClient) { self.client = client }
+        init(client: HTTPClient) {
+            self.client = client
+            hostConnectionLimit = max(1, client.configuration.maxInFlight)
+        }
 
         /// What the driver takes from the shared state on each turn.
         private struct Turn {
@@ -277,6 +287,7 @@ public final class HTTPClient: Sendable {
             for id in ids {
                 guard let transfer = running.removeValue(forKey: id) else { continue }
                 endProbe(transfer)
+                endConnectionNeed(transfer, multi)
                 curl_multi_remove_handle(multi, transfer.easy)
                 transfer.complete(.failure(HTTPError(.cancelled, "request cancelled")))
             }
@@ -294,6 +305,12 @@ public final class HTTPClient: Sendable {
                 try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
                 transfer.probing = unknownServer(of: item.request.url)
                 if let probing = transfer.probing { self.probing[probing, default: 0] += 1 }
+                if !multiplexes(item.request.url) {
+                    transfer.needsOwnConnection = true
+                    unmultiplexedInFlight += 1
+                    // Before libcurl sees the transfer, so that it finds room for its connection.
+                    updateHostConnectionLimit(multi)
+                }
                 running[item.id] = transfer
                 curl_multi_add_handle(multi, transfer.easy)
             } catch {
@@ -317,15 +334,47 @@ public final class HTTPClient: Sendable {
             return nil
         }
 
+        /// Whether `url` goes to a server known to speak HTTP/2.
+        private func multiplexes(_ url: String) -> Bool {
+            if url == lastMultiplexedURL { return true }
+            guard protocols[Self.server(of: url)] == true else { return false }
+            lastMultiplexedURL = url
+            return true
+        }
+
         /// A server's first answer: its protocol is known, and once any server speaks HTTP/2 the host connection limit
         /// is what multiplexing needs (servers answering HTTP/1.1 alone keep `maxInFlight`).
         private func learn(_ server: Substring, multiplexes: Bool, _ multi: UnsafeMutableRawPointer) {
             protocols[server] = multiplexes
             headWaitsForProtocol = false
-            if multiplexes && !multiplexed {
-                multiplexed = true
-                _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, client.configuration.multiplexedHostConnections)
+            guard multiplexes else { return }
+            multiplexed = true
+            // Its transfers still in progress share its connections too.
+            for transfer in running.values where transfer.needsOwnConnection && transfer.probing == server {
+                transfer.needsOwnConnection = false
+                unmultiplexedInFlight -= 1
             }
+            updateHostConnectionLimit(multi)
+        }
+
+        /// CURLMOPT_MAX_HOST_CONNECTIONS is one limit for every host of the multi handle. Once a server speaks HTTP/2
+        /// it is what multiplexing needs, but never below the transfers in progress to servers not known to multiplex:
+        /// on HTTP/1.1 each request holds a connection, so under the multiplexed limit (2 at 100 in flight) two slow
+        /// answers from an HTTP/1.1 server held every other request to it in libcurl's queue until they came.
+        private func updateHostConnectionLimit(_ multi: UnsafeMutableRawPointer) {
+            let limit = multiplexed ? max(client.configuration.multiplexedHostConnections, unmultiplexedInFlight)
+                                    : max(1, client.configuration.maxInFlight)
+            guard limit != hostConnectionLimit else { return }
+            hostConnectionLimit = limit
+            _ = mw_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, limit)
+        }
+
+        /// A transfer that needed a connection of its own is over.
+        private func endConnectionNeed(_ transfer: CurlTransfer, _ multi: UnsafeMutableRawPointer) {
+            guard transfer.needsOwnConnection else { return }
+            transfer.needsOwnConnection = false
+            unmultiplexedInFlight -= 1
+            updateHostConnectionLimit(multi)
         }
 
         private func endProbe(_ transfer: CurlTransfer) {
@@ -343,6 +392,7 @@ public final class HTTPClient: Sendable {
                 return state.queued
             }
             for transfer in running.values {
+                transfer.needsOwnConnection = false
                 curl_multi_remove_handle(multi, transfer.easy)
                 transfer.complete(.failure(HTTPError(.shutdown, "HTTP client shut down during the request")))
             }
@@ -384,6 +434,7 @@ public final class HTTPClient: Sendable {
                     learn(server, multiplexes: response.httpVersion == "2", multi)
                 }
                 endProbe(transfer)
+                endConnectionNeed(transfer, multi)
                 idle.append(transfer)
                 transfer.complete(result)
             }
