@@ -98,8 +98,8 @@ public enum WorkerApp {
         line.withUTF8 { bytes in _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count) }
     }
 
-    /// Prints a configuration error the way every command does, and returns 78.
-    static func configurationFailed(_ error: ConfigurationError) -> Int32 {
+    /// Prints every bad setting the way every command does, and returns 78.
+    static func configurationFailed(_ error: ConfigurationErrors) -> Int32 {
         printError("medication-worker: configuration error: \(error)")
         return ExitStatus.config
     }
