@@ -7,13 +7,22 @@ import Logging
 import Metrics
 import Postgres
 import Schema
+import Timekeeping
 import WorkerConfig
 
 /// One `check-config --online` line: ok, or what went wrong.
 struct OnlineCheck: Sendable, Equatable {
     var check: String
     var ok: Bool
+    /// One line: libpq's and libcurl's multi-line messages are folded.
     var detail: String
+
+    init(check: String, ok: Bool, detail: String) {
+        self.check = check
+        self.ok = ok
+        self.detail = detail.split(whereSeparator: { $0 == "\n" || $0 == "\t" || $0 == "\r" })
+            .map { String($0).trimmingWhitespace() }.filter { !$0.isEmpty }.joined(separator: " ")
+    }
 }
 
 /// The checks of `check-config --online`, each reaching one thing `run` depends on, each reported (never thrown).

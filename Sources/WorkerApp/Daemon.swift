@@ -20,7 +20,8 @@ enum Daemon {
         // The same loader as `check-config`: the settings and every credential file, every problem named at once.
         let startup: StartupConfiguration
         do { startup = try StartupConfiguration.load(from: environment) } catch {
-            return WorkerApp.configurationFailed(error)
+            // A misspelt name may be why a setting looks unset: the warnings go beside the errors, as check-config shows them.
+            return WorkerApp.configurationFailed(error, warnings: SettingNames.nearMisses(in: environment))
         }
         let configuration = startup.configuration
         let logger = Logger(label: "medication-worker", logLevel: configuration.logLevel, sink: DaemonParts.logSink())
