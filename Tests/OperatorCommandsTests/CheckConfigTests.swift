@@ -255,6 +255,30 @@ struct CheckConfigTests {
         }
     }
 
+    /// The privileges the check asks for are exactly what `sql/roles.sql` grants: under that role the database line is ok.
+    @Test func online_underTheRoleOfRolesSQL_databaseIsOk() async throws {
+        try await Self.withOnlineRig { conninfo, _, environment in
+            // roles.sql with a role of this test's own (roles are cluster-wide and other suites create `medication_worker`).
+            let role = "cc_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+            let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let rolesSQL = try String(contentsOf: root.appendingPathComponent("sql/roles.sql"), encoding: .utf8)
+                .replacingOccurrences(of: "_medication_worker", with: "\u{1}")  // the worker's own tables keep their names
+                .replacingOccurrences(of: "medication_worker", with: String(role))
+                .replacingOccurrences(of: "\u{1}", with: "_medication_worker")
+            let admin = try PostgresConnection(conninfo: conninfo)
+            try admin.execute(rolesSQL)
+            defer {
+                _ = try? admin.query("DROP OWNED BY \(role)")
+                _ = try? admin.query("DROP ROLE IF EXISTS \(role)")
+            }
+            var restricted = environment
+            restricted["DATABASE_URL"] = conninfo + " user=\(role)"
+            let result = await Self.checkConfig(restricted, "--online")
+            #expect(result.status == 0, "\(result.output)\n\(result.errorOutput)")
+            #expect(result.output.contains("database    ok: ") && result.output.contains("as \(role)"), "\(result.output)")
+        }
+    }
+
     @Test func online_fcmRefusingTheProject_exits1NamingIt() async throws {
         try await Self.withOnlineRig { _, emulator, environment in
             emulator.setProjectFault(.permissionDenied)
