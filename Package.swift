@@ -43,7 +43,7 @@ let package = Package(
         // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
         // its queries beside it; each returns one report value rendered as text or `--json`.
         .target(name: "OperatorCommands", dependencies: [
-            "Postgres", "Schema", "HTTP", "Crypto", "JSON", "Logging", "WorkerConfig", "FCM", "AppStore", "Outbox", "Timekeeping",
+            "Postgres", "Schema", "HTTP", "Crypto", "JSON", "Logging", "Metrics", "WorkerConfig", "FCM", "AppStore", "Outbox", "Timekeeping",
         ]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",

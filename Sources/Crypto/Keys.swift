@@ -21,6 +21,19 @@ public final class PrivateKey: Sendable {
     /// True for EC keys (ES256), false for RSA (RS256).
     public var isEC: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_EC }
 
+    /// True for RSA keys (a Google service account's RS256 key).
+    public var isRSA: Bool { EVP_PKEY_get_base_id(raw) == EVP_PKEY_RSA }
+
+    /// True for EC keys on P-256 (prime256v1), the curve of ES256 and of App Store `.p8` keys.
+    public var isP256: Bool {
+        guard isEC else { return false }
+        var name = [CChar](repeating: 0, count: 64)
+        var length = 0
+        guard EVP_PKEY_get_group_name(raw, &name, name.count, &length) == 1 else { return false }
+        let group = String(decoding: name.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return group == "prime256v1" || group == "P-256"
+    }
+
     /// Signs SHA-256 of `data`: PKCS#1 v1.5 for RSA, DER-encoded ECDSA for EC.
     public func signSHA256(_ data: [UInt8]) throws(CryptoError) -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw CryptoError(.signingFailed, "EVP_MD_CTX_new failed") }

@@ -20,35 +20,58 @@ public struct ServiceAccount: Sendable {
         return try parse(data, source: path)
     }
 
-    /// Parses service-account JSON; `source` names it in errors.
+    /// Parses service-account JSON; `source` names it in errors. Throws the first problem `check` finds.
     public static func parse(_ data: Data, source: String) throws(FCMError) -> ServiceAccount {
-        guard let object = JSONValue.parse(bytes: data), object.objectValue != nil else {
-            throw FCMError(.invalidServiceAccount, "\(source): not a JSON object")
+        switch check(data, source: source) {
+        case .success(let account): return account
+        case .failure(let problems): throw problems.errors[0]
         }
-        func field(_ name: String) throws(FCMError) -> String {
+    }
+
+    /// Every problem of a service-account file, each an `FCMError` naming the field (never its value).
+    public struct Problems: Error, Sendable {
+        /// At least one.
+        public var errors: [FCMError]
+    }
+
+    /// Parses service-account JSON and checks every field FCM needs: `type`, `project_id`, `client_email`,
+    /// `token_uri` (an http(s) URL) and `private_key` (a PEM RSA private key); returns every problem found.
+    public static func check(_ data: Data, source: String) -> Result<ServiceAccount, Problems> {
+        guard let object = JSONValue.parse(bytes: data), object.objectValue != nil else {
+            return .failure(Problems(errors: [FCMError(.invalidServiceAccount, "\(source): not a JSON object")]))
+        }
+        var problems: [FCMError] = []
+        func field(_ name: String) -> String? {
             guard let value = object[name]?.stringValue, !value.isEmpty else {
-                throw FCMError(.invalidServiceAccount, "\(source): field \"\(name)\" is missing or not a string")
+                problems.append(FCMError(.invalidServiceAccount, "\(source): field \"\(name)\" is missing or not a string"))
+                return nil
             }
             return value
         }
-        if let type = object["type"]?.stringValue, type != "service_account" {
-            throw FCMError(.invalidServiceAccount, "\(source): field \"type\" is \"\(type)\", expected \"service_account\"")
+        if let type = field("type"), type != "service_account" {
+            problems.append(FCMError(.invalidServiceAccount, "\(source): field \"type\" is \"\(type.prefix(40))\", expected \"service_account\""))
         }
-        let projectId = try field("project_id")
-        let clientEmail = try field("client_email")
-        let tokenURI = try field("token_uri")
-        guard let url = URL(string: tokenURI), url.scheme == "https" || url.scheme == "http", url.host != nil else {
-            throw FCMError(.invalidServiceAccount, "\(source): field \"token_uri\" is not an http(s) URL")
+        let projectId = field("project_id")
+        let clientEmail = field("client_email")
+        var tokenURI = field("token_uri")
+        if let text = tokenURI, URL(string: text).map({ ($0.scheme == "https" || $0.scheme == "http") && $0.host != nil }) != true {
+            problems.append(FCMError(.invalidServiceAccount, "\(source): field \"token_uri\" is not an http(s) URL"))
+            tokenURI = nil
         }
-        let pem = try field("private_key")
-        let key: PrivateKey
-        do { key = try PrivateKey(pem: pem) } catch {
-            throw FCMError(.invalidServiceAccount, "\(source): field \"private_key\" is not a PEM private key")
+        var key: PrivateKey?
+        if let pem = field("private_key") {
+            if let parsed = try? PrivateKey(pem: pem) {
+                if parsed.isRSA {
+                    key = parsed
+                } else {
+                    problems.append(FCMError(.invalidServiceAccount, "\(source): field \"private_key\" is not an RSA key"))
+                }
+            } else {
+                problems.append(FCMError(.invalidServiceAccount, "\(source): field \"private_key\" is not a PEM private key"))
+            }
         }
-        guard !key.isEC else {
-            throw FCMError(.invalidServiceAccount, "\(source): field \"private_key\" is not an RSA key")
-        }
-        return ServiceAccount(projectId: projectId, clientEmail: clientEmail, tokenURI: tokenURI, privateKey: key,
-                              privateKeyId: object["private_key_id"]?.stringValue)
+        guard problems.isEmpty, let projectId, let clientEmail, let tokenURI, let key else { return .failure(Problems(errors: problems)) }
+        return .success(ServiceAccount(projectId: projectId, clientEmail: clientEmail, tokenURI: tokenURI, privateKey: key,
+                                       privateKeyId: object["private_key_id"]?.stringValue))
     }
 }

@@ -11,10 +11,10 @@ extension FCMEmulator {
                                     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
                                     errorCode: nil)
         }
-        let message: (token: String, collapseId: String)
+        let message: (token: String, collapseId: String, validateOnly: Bool)
         switch validate(request) {
         case .refused(let answer): return answer
-        case .message(let token, let collapseId): message = (token, collapseId)
+        case .message(let token, let collapseId, let validateOnly): message = (token, collapseId, validateOnly)
         }
         if let answer = transientAnswer(token: message.token) { return answer }
         if state.withLock({ $0.projectFault }) == .senderIdMismatch {
@@ -22,12 +22,18 @@ extension FCMEmulator {
             return Self.senderIdMismatch()
         }
         if let answer = tokenAnswer(token: message.token, project: project) { return answer }
+        if message.validateOnly {
+            // `"validate_only": true`: checked like a send and answered with Google's fixed name, delivered to no one.
+            count("validate_only")
+            return .json(200, Self.serialize(["name": "projects/\(project)/messages/fake_message_id"]))
+        }
         return accept(request, token: message.token, collapseId: message.collapseId, project: project)
     }
 
     /// What `validate` found: the message's token and collapse id, or the 400 FCM would answer.
     enum Validated {
-        case message(token: String, collapseId: String)
+        /// `validateOnly`: the request's `"validate_only": true` (a dry run FCM checks and does not deliver).
+        case message(token: String, collapseId: String, validateOnly: Bool)
         case refused(HTTPServerResponse)
     }
 
@@ -98,7 +104,7 @@ extension FCMEmulator {
         }
 
         let collapseId = ((message["apns"] as? [String: Any])?["headers"] as? [String: Any])?["apns-collapse-id"] as? String ?? ""
-        return .message(token: token, collapseId: collapseId)
+        return .message(token: token, collapseId: collapseId, validateOnly: root["validate_only"] as? Bool == true)
     }
 
     /// FCM refuses a message over 4,096 bytes.

@@ -9,7 +9,7 @@ public struct CommandContext: Sendable {
     public init(environment: [String: String]) { self.environment = environment }
 
     /// The settings the database commands need (`DATABASE_URL`, `EVENT_MAX_AGE`), checked as `run` checks them.
-    public func databaseSettings() throws(ConfigurationError) -> Configuration.OperatorSettings {
+    public func databaseSettings() throws(ConfigurationErrors) -> Configuration.OperatorSettings {
         try Configuration.loadOperatorSettings(from: environment)
     }
 

@@ -56,7 +56,7 @@ public enum CommandRunner {
         }
         do {
             let report = try await command.run(CommandContext(environment: environment))
-            return Result(status: report.exitStatus, output: json ? report.json.serialized : report.text, errorOutput: "")
+            return Result(status: report.exitStatus, output: json ? report.json.serialized : report.text, errorOutput: report.errorText)
         } catch let error as ConfigurationError {
             return failure(json: json, status: ExitStatus.config, kind: "configuration",
                            message: "medication-worker: configuration error: \(error)", details: ["setting": .string(error.variable)])

@@ -24,10 +24,13 @@ public protocol CommandReport: Sendable {
     var json: JSONValue { get }
     /// 0 when the command did what was asked; 1 when part of it could not be done (the report says what).
     var exitStatus: Int32 { get }
+    /// For stderr beside either rendering: what went wrong, when the report carries its own failure (`check-config`).
+    var errorText: String { get }
 }
 
 extension CommandReport {
     public var exitStatus: Int32 { ExitStatus.ok }
+    public var errorText: String { "" }
 }
 
 /// sysexits.h statuses (SPEC §5).

@@ -5,6 +5,7 @@ import Glibc
 import Lifecycle
 import Logging
 import Metrics
+import OperatorCommands
 import Outbox
 import Postgres
 import Schema
@@ -15,22 +16,21 @@ import WorkerConfig
 /// `medication-worker run`: wires configuration, database, FCM, health and the loops, and
 /// turns SIGTERM/SIGINT into a graceful stop.
 enum Daemon {
-    /// Loads and fully validates the configuration, including credential files.
-    static func loadConfiguration(environment: [String: String]) throws(ConfigurationError) -> Configuration {
-        try Configuration.load(from: environment)
-    }
-
     static func run(environment: [String: String]) async -> Int32 {
-        let configuration: Configuration
-        do { configuration = try loadConfiguration(environment: environment) } catch {
-            return WorkerApp.configurationFailed(error)
+        // The same loader as `check-config`: the settings and every credential file, every problem named at once.
+        let startup: StartupConfiguration
+        do { startup = try StartupConfiguration.load(from: environment) } catch {
+            // A misspelt name may be why a setting looks unset: the warnings go beside the errors, as check-config shows them.
+            return WorkerApp.configurationFailed(error, warnings: SettingNames.nearMisses(in: environment))
         }
+        let configuration = startup.configuration
         let logger = Logger(label: "medication-worker", logLevel: configuration.logLevel, sink: DaemonParts.logSink())
+        for warning in startup.warnings {
+            logger.warning("\(warning)", metadata: ["config.variable": warning.variable, "config.suggestion": warning.suggestion])
+        }
         let parts: DaemonParts
         do {
-            parts = try DaemonParts.make(configuration: configuration, logger: logger)
-        } catch let error as ConfigurationError {
-            return WorkerApp.configurationFailed(error)
+            parts = try DaemonParts.make(startup: startup, logger: logger)
         } catch {
             logger.critical("cannot start", metadata: ["error": "\(error)"])
             return WorkerApp.ExitStatus.failure

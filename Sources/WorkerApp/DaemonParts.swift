@@ -6,6 +6,7 @@ import HTTP
 import Health
 import Logging
 import Metrics
+import OperatorCommands
 import Outbox
 import Postgres
 import Systemd
@@ -36,14 +37,12 @@ final class DaemonParts: Sendable {
     /// The log sink: journald when stderr is the journal, else key=value text.
     static func logSink() -> any LogSink { LogSinks.automatic() }
 
-    /// Builds every part. A malformed credential file is a `ConfigurationError` (exit 78).
-    static func make(configuration: Configuration, logger: Logger) throws -> DaemonParts {
+    /// Builds every part from what `StartupConfiguration` loaded and checked (no credential file is read again).
+    static func make(startup: StartupConfiguration, logger: Logger) throws -> DaemonParts {
+        let configuration = startup.configuration
         let metrics = MetricsRegistry()
         ProcessMetrics.register(in: metrics)
-        let account: ServiceAccount
-        do { account = try ServiceAccount.load(path: configuration.fcmServiceAccountFile) } catch {
-            throw ConfigurationError("FCM_SERVICE_ACCOUNT_FILE", error.message)
-        }
+        let account = startup.serviceAccount
         let http = HTTPClientConfiguration(maxInFlight: configuration.maxInFlight, connectTimeout: .seconds(10),
                                            requestTimeout: .seconds(15), caFile: configuration.tlsCAFile)
         // A loop that makes no progress for this long counts as stuck: watchdog pings stop, /healthz says so.
@@ -64,7 +63,7 @@ final class DaemonParts: Sendable {
                                        case .failing(let reason): health.set(.fcmCredentials, .down(reason))
                                        }
                                    })
-        let appStore = try AppStoreWiring.make(configuration: configuration, logger: logger, metrics: metrics, onKeyStatus: { reason in
+        let appStore = try AppStoreWiring.make(appStore: startup.appStore, configuration: configuration, logger: logger, metrics: metrics, onKeyStatus: { reason in
             health.set(.appStore, reason.map { .down($0) } ?? .ok)
         })
         health.set(.appStore, appStore == nil ? .disabled : .ok)
@@ -113,11 +112,11 @@ struct AppStoreParts: Sendable {
 
 /// Builds the entitlement re-checks when App Store settings are present.
 enum AppStoreWiring {
-    /// `onKeyStatus`: Apple refusing our key (a reason) or accepting it again (nil), for `/readyz` `app_store`.
-    static func make(configuration: Configuration, logger: Logger, metrics: MetricsRegistry,
+    /// `appStore`: the key and roots `StartupConfiguration` loaded (nil: re-checks off). `onKeyStatus`: Apple refusing
+    /// our key (a reason) or accepting it again (nil), for `/readyz` `app_store`.
+    static func make(appStore: AppStoreConfiguration?, configuration: Configuration, logger: Logger, metrics: MetricsRegistry,
                      onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) throws -> AppStoreParts? {
-        guard let settings = configuration.appStore else { return nil }
-        let appStore = try load(settings, configuration: configuration)
+        guard let appStore else { return nil }
         let http = try HTTPClient(configuration: EntitlementRechecker.httpConfiguration(for: appStore))
         // The worker's statement and lock timeouts, per transaction like the pipeline's; durable commits (revocations are money).
         let timeout = configuration.databaseStatementTimeout
@@ -130,28 +129,5 @@ enum AppStoreWiring {
                                          logger: logger.child(label: "appstore"), metrics: metrics, onKeyStatus: onKeyStatus)
         return AppStoreParts(rechecker: EntitlementRechecker(context: context), poller: NotificationHistoryPoller(context: context),
                              http: http, database: database, leaseConnection: leaseConnection)
-    }
-
-    /// Reads the key and root certificates; problems name the setting (exit 78).
-    static func load(_ settings: Configuration.AppStore, configuration: Configuration) throws(ConfigurationError) -> AppStoreConfiguration {
-        guard let pem = try? String(contentsOfFile: settings.privateKeyFile, encoding: .utf8),
-              let key = try? PrivateKey(pem: pem), key.isEC else {
-            throw ConfigurationError("APPSTORE_PRIVATE_KEY_FILE", "\(settings.privateKeyFile) is not a PEM EC private key (.p8)")
-        }
-        var roots: [Certificate] = []
-        for path in settings.rootCertificateFiles {
-            guard let bytes = FileManager.default.contents(atPath: path), let root = try? Certificate(pemOrDER: Array(bytes)) else {
-                throw ConfigurationError("APPSTORE_ROOT_CERT_FILES", "\(path) is not a PEM or DER certificate")
-            }
-            roots.append(root)
-        }
-        var appStore = AppStoreConfiguration(issuerId: settings.issuerId, keyId: settings.keyId, bundleId: settings.bundleId,
-                                             privateKey: key, roots: roots, productionURL: settings.productionURL,
-                                             sandboxURL: settings.sandboxURL, recheckInterval: configuration.entitlementRecheckInterval,
-                                             http: HTTPClientConfiguration(maxInFlight: 8, caFile: configuration.tlsCAFile))
-        appStore.setRequestsPerSecond(Double(settings.requestsPerSecond))
-        appStore.notificationHistory = settings.notificationHistory
-        appStore.notificationPollInterval = settings.notificationPollInterval
-        return appStore
     }
 }

@@ -98,9 +98,9 @@ public enum WorkerApp {
         line.withUTF8 { bytes in _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count) }
     }
 
-    /// Prints a configuration error the way every command does, and returns 78.
-    static func configurationFailed(_ error: ConfigurationError) -> Int32 {
-        printError("medication-worker: configuration error: \(error)")
+    /// Prints every bad setting (and any near-miss variable names) the way `check-config` does, and returns 78.
+    static func configurationFailed(_ error: ConfigurationErrors, warnings: [SettingNames.NearMiss] = []) -> Int32 {
+        printError((["medication-worker: configuration error: \(error)"] + warnings.map { "warning: \($0)" }).joined(separator: "\n"))
         return ExitStatus.config
     }
 }

@@ -71,34 +71,45 @@ public struct Configuration: Sendable {
     public var logLevel: LogLevel
     public var shutdownTimeout: Duration
 
-    /// Reads the configuration from environment variables; throws the first problem found.
-    public static func load(from environment: [String: String]) throws(ConfigurationError) -> Configuration {
+    /// Reads the configuration from environment variables; throws every problem found, not only the first.
+    public static func load(from environment: [String: String]) throws(ConfigurationErrors) -> Configuration {
+        let (configuration, errors) = read(from: environment)
+        guard errors.isEmpty else { throw ConfigurationErrors(errors) }
+        return configuration
+    }
+
+    /// Reads the configuration and returns it with every problem found; a bad setting holds its default (or "" when
+    /// it has none), so the caller can go on checking the rest (the credential files) before reporting them all.
+    public static func read(from environment: [String: String]) -> (configuration: Configuration, errors: [ConfigurationError]) {
         let reader = EnvironmentReader(environment)
         let credentials = environment["CREDENTIALS_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
 
-        let databaseURL = try reader.required("DATABASE_URL")
+        let databaseURL = reader.required("DATABASE_URL")
         let databaseListenURL = reader.raw("DATABASE_LISTEN_URL")
-        let statementTimeout = try reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout)
-        guard statementTimeout >= .seconds(1) else { throw ConfigurationError("DATABASE_STATEMENT_TIMEOUT", "must be at least 1s") }
-        let serviceAccount = try reader.file("FCM_SERVICE_ACCOUNT_FILE",
-                                             default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
-        let fcmBaseURL = try reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
-        let tlsCAFile = try reader.optionalFile("TLS_CA_FILE")
-        let health = try reader.hostPort("HEALTH_ADDR", default: Defaults.healthAddress)
-        let batchSize = try reader.integer("BATCH_SIZE", default: Defaults.batchSize, range: 1...1000)
-        let maxInFlight = try reader.integer("MAX_IN_FLIGHT", default: Defaults.maxInFlight, range: 1...10_000)
-        let pollMS = try reader.integer("POLL_INTERVAL_MS", default: Defaults.pollIntervalMS, range: 10...3_600_000)
-        let leaseSeconds = try reader.integer("LEASE_SECONDS", default: Defaults.leaseSeconds, range: 5...86_400)
-        let maxAttempts = try reader.integer("MAX_ATTEMPTS", default: Defaults.maxAttempts, range: 1...1000)
-        let eventMaxAge = try reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge)
-        let recheck = try reader.duration("ENTITLEMENT_RECHECK_INTERVAL", default: Defaults.entitlementRecheckInterval)
-        let outboxRetention = try reader.duration("OUTBOX_RETENTION", default: Defaults.outboxRetention)
-        let deliveryRetention = try reader.duration("DELIVERY_RETENTION", default: Defaults.deliveryRetention)
-        let shutdownTimeout = try reader.duration("SHUTDOWN_TIMEOUT", default: Defaults.shutdownTimeout)
-        let logLevel = try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
-        let appStore = try reader.appStore(credentials: credentials)
+        var statementTimeout = reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout)
+        if statementTimeout < .seconds(1) {
+            reader.fail("DATABASE_STATEMENT_TIMEOUT", "must be at least 1s")
+            statementTimeout = Defaults.databaseStatementTimeout
+        }
+        let serviceAccount = reader.file("FCM_SERVICE_ACCOUNT_FILE",
+                                         default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
+        let fcmBaseURL = reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
+        let tlsCAFile = reader.optionalFile("TLS_CA_FILE")
+        let health = reader.hostPort("HEALTH_ADDR", default: Defaults.healthAddress)
+        let batchSize = reader.integer("BATCH_SIZE", default: Defaults.batchSize, range: 1...1000)
+        let maxInFlight = reader.integer("MAX_IN_FLIGHT", default: Defaults.maxInFlight, range: 1...10_000)
+        let pollMS = reader.integer("POLL_INTERVAL_MS", default: Defaults.pollIntervalMS, range: 10...3_600_000)
+        let leaseSeconds = reader.integer("LEASE_SECONDS", default: Defaults.leaseSeconds, range: 5...86_400)
+        let maxAttempts = reader.integer("MAX_ATTEMPTS", default: Defaults.maxAttempts, range: 1...1000)
+        let eventMaxAge = reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge)
+        let recheck = reader.duration("ENTITLEMENT_RECHECK_INTERVAL", default: Defaults.entitlementRecheckInterval)
+        let outboxRetention = reader.duration("OUTBOX_RETENTION", default: Defaults.outboxRetention)
+        let deliveryRetention = reader.duration("DELIVERY_RETENTION", default: Defaults.deliveryRetention)
+        let shutdownTimeout = reader.duration("SHUTDOWN_TIMEOUT", default: Defaults.shutdownTimeout)
+        let logLevel = reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
+        let appStore = reader.appStore(credentials: credentials)
 
-        return Configuration(
+        let configuration = Configuration(
             databaseURL: databaseURL, databaseListenURL: databaseListenURL, databaseStatementTimeout: statementTimeout,
             fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
             healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
@@ -106,6 +117,7 @@ public struct Configuration: Sendable {
             eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
             outboxRetention: outboxRetention, deliveryRetention: deliveryRetention, logLevel: logLevel,
             shutdownTimeout: shutdownTimeout)
+        return (configuration, reader.errors)
     }
 
     /// The effective configuration as `NAME=value` lines, secrets redacted (for `check-config`).
@@ -164,19 +176,23 @@ extension Configuration {
 
     /// `DATABASE_URL`, `DATABASE_STATEMENT_TIMEOUT`, `EVENT_MAX_AGE` and `LOG_LEVEL`, so the database commands run without FCM
     /// credentials.
-    public static func loadOperatorSettings(from environment: [String: String]) throws(ConfigurationError) -> OperatorSettings {
+    public static func loadOperatorSettings(from environment: [String: String]) throws(ConfigurationErrors) -> OperatorSettings {
         let reader = EnvironmentReader(environment)
-        return OperatorSettings(
-            databaseURL: try reader.required("DATABASE_URL"),
-            statementTimeout: try reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout),
-            eventMaxAge: try reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge),
-            logLevel: try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+        let settings = OperatorSettings(
+            databaseURL: reader.required("DATABASE_URL"),
+            statementTimeout: reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout),
+            eventMaxAge: reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge),
+            logLevel: reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+        try reader.finish()
+        return settings
     }
 
     /// Just `DATABASE_URL` and `LOG_LEVEL`, for the commands that only talk to the database
     /// (`migrate`, `status`, `redrive`), so they run without FCM credentials.
-    public static func loadDatabaseOnly(from environment: [String: String]) throws(ConfigurationError) -> (databaseURL: String, logLevel: LogLevel) {
+    public static func loadDatabaseOnly(from environment: [String: String]) throws(ConfigurationErrors) -> (databaseURL: String, logLevel: LogLevel) {
         let reader = EnvironmentReader(environment)
-        return (try reader.required("DATABASE_URL"), try reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+        let settings = (reader.required("DATABASE_URL"), reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+        try reader.finish()
+        return settings
     }
 }

@@ -3,11 +3,28 @@ import Glibc
 import Timekeeping
 import Logging
 
-/// Reads and validates single variables; every error names the variable.
-struct EnvironmentReader {
+/// Reads and validates single variables; every error names the variable. A bad value is recorded in `errors` and the
+/// default returned, so one pass finds every bad setting, not only the first (SPEC §5).
+final class EnvironmentReader {
     private let environment: [String: String]
+    /// Every problem found so far, in reading order.
+    private(set) var errors: [ConfigurationError] = []
 
     init(_ environment: [String: String]) { self.environment = environment }
+
+    /// Records a problem with `name` (once per variable: its first problem is the one to fix).
+    func fail(_ name: String, _ problem: String) {
+        guard !hasError(name) else { return }
+        errors.append(ConfigurationError(name, problem))
+    }
+
+    /// Whether `name` already has a recorded problem.
+    func hasError(_ name: String) -> Bool { errors.contains { $0.variable == name } }
+
+    /// Throws every recorded problem, if any.
+    func finish() throws(ConfigurationErrors) {
+        guard errors.isEmpty else { throw ConfigurationErrors(errors) }
+    }
 
     /// The value, or nil when unset or empty.
     func raw(_ name: String) -> String? {
@@ -15,113 +32,135 @@ struct EnvironmentReader {
         return value
     }
 
-    func required(_ name: String) throws(ConfigurationError) -> String {
-        guard let value = raw(name) else { throw ConfigurationError(name, "is not set") }
+    func required(_ name: String) -> String {
+        guard let value = raw(name) else {
+            fail(name, "is not set")
+            return ""
+        }
         return value
     }
 
-    func integer(_ name: String, default fallback: Int, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+    func integer(_ name: String, default fallback: Int, range: ClosedRange<Int>) -> Int {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.integer(text) else {
-            throw ConfigurationError(name, "must be a whole number in \(range.lowerBound)...\(range.upperBound), got \"\(text)\"")
+            fail(name, "must be a whole number in \(range.lowerBound)...\(range.upperBound), got \"\(text)\"")
+            return fallback
         }
         guard range.contains(value) else {
-            throw ConfigurationError(name, "must be in \(range.lowerBound)...\(range.upperBound), got \(value)")
+            fail(name, "must be in \(range.lowerBound)...\(range.upperBound), got \(value)")
+            return fallback
         }
         return value
     }
 
-    func duration(_ name: String, default fallback: Duration) throws(ConfigurationError) -> Duration {
+    func duration(_ name: String, default fallback: Duration) -> Duration {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.duration(text), value > .zero else {
-            throw ConfigurationError(name, "must be a positive duration such as 500ms, 30s, 15m, 6h or 7d, got \"\(text)\"")
+            fail(name, "must be a positive duration such as 500ms, 30s, 15m, 6h or 7d, got \"\(text)\"")
+            return fallback
         }
         return value
     }
 
-    func url(_ name: String, default fallback: String) throws(ConfigurationError) -> String {
+    func url(_ name: String, default fallback: String) -> String {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.baseURL(text) else {
-            throw ConfigurationError(name, "must be an https URL with a host and optional port and nothing else (no path, query or credentials), such as https://host[:port], got \"\(text)\"")
+            fail(name, "must be an https URL with a host and optional port and nothing else (no path, query or credentials), such as https://host[:port], got \"\(ValueParsing.redactConninfo(text))\"")
+            return fallback
         }
         return value
     }
 
-    func hostPort(_ name: String, default fallback: String) throws(ConfigurationError) -> (host: String, port: UInt16) {
+    func hostPort(_ name: String, default fallback: String) -> (host: String, port: UInt16) {
         let text = raw(name) ?? fallback
         guard let value = ValueParsing.hostPort(text) else {
-            throw ConfigurationError(name, "must be host:port (e.g. 127.0.0.1:9464 or [::1]:9464), got \"\(text)\"")
+            fail(name, "must be host:port (e.g. 127.0.0.1:9464 or [::1]:9464), got \"\(text)\"")
+            return ValueParsing.hostPort(fallback) ?? ("127.0.0.1", 0)
         }
         return value
     }
 
-    func logLevel(_ name: String, default fallback: LogLevel) throws(ConfigurationError) -> LogLevel {
+    func logLevel(_ name: String, default fallback: LogLevel) -> LogLevel {
         guard let text = raw(name) else { return fallback }
         guard let level = LogLevel(name: text) else {
-            throw ConfigurationError(name, "must be one of \(LogLevel.allCases.map(\.name).joined(separator: ", ")), got \"\(text)\"")
+            fail(name, "must be one of \(LogLevel.allCases.map(\.name).joined(separator: ", ")), got \"\(text)\"")
+            return fallback
         }
         return level
     }
 
-    /// A readable file path; `fallback` applies when unset (nil fallback: required).
-    func file(_ name: String, default fallback: String?) throws(ConfigurationError) -> String {
+    /// A readable file path; `fallback` applies when unset (nil fallback: required). "" when unset without a default.
+    func file(_ name: String, default fallback: String?) -> String {
         guard let path = raw(name) ?? fallback else {
-            throw ConfigurationError(name, "is not set, and $CREDENTIALS_DIRECTORY is not set to supply the default")
+            fail(name, "is not set, and $CREDENTIALS_DIRECTORY is not set to supply the default")
+            return ""
         }
-        try checkReadable(name, path)
+        checkReadable(name, path)
         return path
     }
 
-    func optionalFile(_ name: String) throws(ConfigurationError) -> String? {
+    func optionalFile(_ name: String) -> String? {
         guard let path = raw(name) else { return nil }
-        try checkReadable(name, path)
+        checkReadable(name, path)
         return path
     }
 
-    func checkReadable(_ name: String, _ path: String) throws(ConfigurationError) {
+    /// Records a problem when `path` does not exist, is a directory or is not readable; true when it is fine.
+    @discardableResult
+    func checkReadable(_ name: String, _ path: String) -> Bool {
         var status = stat()
         guard stat(path, &status) == 0 else {
-            throw ConfigurationError(name, "file \(path) does not exist")
+            fail(name, "file \(path) does not exist")
+            return false
         }
-        guard status.st_mode & S_IFMT != S_IFDIR else { throw ConfigurationError(name, "\(path) is a directory, not a file") }
+        guard status.st_mode & S_IFMT != S_IFDIR else {
+            fail(name, "\(path) is a directory, not a file")
+            return false
+        }
         guard FileManager.default.isReadableFile(atPath: path) else {
-            throw ConfigurationError(name, "file \(path) is not readable by this user")
+            fail(name, "file \(path) is not readable by this user")
+            return false
         }
+        return true
     }
 
-    /// The App Store group: all of issuer, key id and bundle id, or none (loop off).
-    func appStore(credentials: String?) throws(ConfigurationError) -> Configuration.AppStore? {
+    /// The App Store group: all of issuer, key id and bundle id, or none (loop off). nil when absent or incomplete
+    /// (each missing member recorded).
+    func appStore(credentials: String?) -> Configuration.AppStore? {
         let keys = ["APPSTORE_ISSUER_ID", "APPSTORE_KEY_ID", "APPSTORE_BUNDLE_ID", "APPSTORE_ROOT_CERT_FILES"]
         let present = keys.filter { raw($0) != nil }
         guard !present.isEmpty || raw("APPSTORE_PRIVATE_KEY_FILE") != nil else { return nil }
-        if let absent = keys.first(where: { raw($0) == nil }) {
-            throw ConfigurationError(absent, "is not set, but other APPSTORE_* settings are (set all of them, or none to turn re-checks off)")
+        let absent = keys.filter { raw($0) == nil }
+        for name in absent {
+            fail(name, "is not set, but other APPSTORE_* settings are (set all of them, or none to turn re-checks off)")
         }
-        let keyFile = try file("APPSTORE_PRIVATE_KEY_FILE",
-                               default: credentials.map { "\($0)/\(Configuration.Defaults.appStoreKeyCredential)" })
-        let roots = try required("APPSTORE_ROOT_CERT_FILES").split(separator: ",")
+        let keyFile = file("APPSTORE_PRIVATE_KEY_FILE", default: credentials.map { "\($0)/\(Configuration.Defaults.appStoreKeyCredential)" })
+        let roots = (raw("APPSTORE_ROOT_CERT_FILES") ?? "").split(separator: ",")
             .map { $0.trimmingWhitespace() }.filter { !$0.isEmpty }
-        guard !roots.isEmpty else { throw ConfigurationError("APPSTORE_ROOT_CERT_FILES", "lists no file") }
-        for root in roots { try checkReadable("APPSTORE_ROOT_CERT_FILES", root) }
-        return Configuration.AppStore(
-            issuerId: try required("APPSTORE_ISSUER_ID"), keyId: try required("APPSTORE_KEY_ID"), privateKeyFile: keyFile,
-            bundleId: try required("APPSTORE_BUNDLE_ID"), rootCertificateFiles: roots,
-            productionURL: try url("APPSTORE_PRODUCTION_URL", default: Configuration.Defaults.appStoreProductionURL),
-            sandboxURL: try url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL),
-            requestsPerSecond: try integer("APPSTORE_REQUESTS_PER_SECOND", default: Configuration.Defaults.appStoreRequestsPerSecond,
-                                           range: 1...Configuration.Defaults.appStoreMaxRequestsPerSecond),
-            notificationHistory: try flag("APPSTORE_NOTIFICATION_HISTORY", default: false),
-            notificationPollInterval: try duration("APPSTORE_NOTIFICATION_POLL_INTERVAL",
-                                                   default: Configuration.Defaults.appStoreNotificationPollInterval))
+        if roots.isEmpty, absent.isEmpty { fail("APPSTORE_ROOT_CERT_FILES", "lists no file") }
+        for root in roots { checkReadable("APPSTORE_ROOT_CERT_FILES", root) }
+        let settings = Configuration.AppStore(
+            issuerId: raw("APPSTORE_ISSUER_ID") ?? "", keyId: raw("APPSTORE_KEY_ID") ?? "", privateKeyFile: keyFile,
+            bundleId: raw("APPSTORE_BUNDLE_ID") ?? "", rootCertificateFiles: roots,
+            productionURL: url("APPSTORE_PRODUCTION_URL", default: Configuration.Defaults.appStoreProductionURL),
+            sandboxURL: url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL),
+            requestsPerSecond: integer("APPSTORE_REQUESTS_PER_SECOND", default: Configuration.Defaults.appStoreRequestsPerSecond,
+                                       range: 1...Configuration.Defaults.appStoreMaxRequestsPerSecond),
+            notificationHistory: flag("APPSTORE_NOTIFICATION_HISTORY", default: false),
+            notificationPollInterval: duration("APPSTORE_NOTIFICATION_POLL_INTERVAL",
+                                               default: Configuration.Defaults.appStoreNotificationPollInterval))
+        return absent.isEmpty ? settings : nil
     }
 
     /// `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
-    func flag(_ name: String, default fallback: Bool) throws(ConfigurationError) -> Bool {
+    func flag(_ name: String, default fallback: Bool) -> Bool {
         guard let text = raw(name) else { return fallback }
         switch text.lowercased() {
         case "on", "true", "yes", "1": return true
         case "off", "false", "no", "0": return false
-        default: throw ConfigurationError(name, "must be on or off, got \"\(text)\"")
+        default:
+            fail(name, "must be on or off, got \"\(text)\"")
+            return fallback
         }
     }
 }

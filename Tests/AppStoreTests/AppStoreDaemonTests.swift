@@ -89,8 +89,8 @@ struct AppStoreDaemonTests {
                               ("APPSTORE_NOTIFICATION_HISTORY", "maybe"), ("APPSTORE_NOTIFICATION_POLL_INTERVAL", "soon")] {
             var bad = environment
             bad[name] = value
-            #expect(throws: ConfigurationError.self) { try Configuration.load(from: bad) }
-            do { _ = try Configuration.load(from: bad) } catch { #expect(error.variable == name) }
+            #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: bad) }
+            do { _ = try Configuration.load(from: bad) } catch { #expect(error.errors.map(\.variable) == [name]) }
         }
     }
 }

@@ -13,8 +13,10 @@ struct CommandLineTests {
         (["LEASE_SECONDS": "-1"], "LEASE_SECONDS"),
     ])
     func badConfiguration_exits78NamingTheVariable(overrides: [String: String], variable: String) throws {
-        var environment = ["DATABASE_URL": "host=/nonexistent dbname=x",
-                           "FCM_SERVICE_ACCOUNT_FILE": try TestBinaries.temporaryFile("{}", suffix: ".json")]
+        // A valid service account: check-config reads it as `run` does, so only the override is wrong.
+        let fixtures = TLSFixtures.shared
+        let account = try fixtures.serviceAccountFile(privateKeyPEM: try fixtures.rsaKeyPair().privatePEM, tokenURI: "https://127.0.0.1:1/token")
+        var environment = ["DATABASE_URL": "host=/nonexistent dbname=x", "FCM_SERVICE_ACCOUNT_FILE": account]
         if overrides.isEmpty { environment["DATABASE_URL"] = nil }
         environment.merge(overrides) { $1 }
         let result = try TestBinaries.run("medication-worker", ["check-config"], environment: environment)

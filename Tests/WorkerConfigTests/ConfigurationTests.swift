@@ -50,12 +50,42 @@ struct ConfigurationTests {
     func badSetting_namesTheVariable(variable: String, value: String?) throws {
         var environment = try Self.baseEnvironment()
         environment[variable] = value
-        let error = #expect(throws: ConfigurationError.self) { try Configuration.load(from: environment) }
+        let error = #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: environment) }
+        let named = error?.errors.map(\.variable) ?? []
         if variable == "APPSTORE_ISSUER_ID" {
-            #expect(error?.variable.hasPrefix("APPSTORE_") == true)
+            // The rest of the group is missing: each member is named.
+            #expect(!named.isEmpty && named.allSatisfy { $0.hasPrefix("APPSTORE_") })
         } else {
-            #expect(error?.variable == variable)
+            #expect(named == [variable])
         }
+    }
+
+    @Test func severalBadSettings_areAllNamedInOnePass() throws {
+        var environment = try Self.baseEnvironment()
+        environment["DATABASE_URL"] = nil
+        environment["BATCH_SIZE"] = "ten"
+        environment["LOG_LEVEL"] = "verbose"
+        environment["FCM_BASE_URL"] = "https://user:pw@fcm.googleapis.com"
+        let error = #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: environment) }
+        #expect(Set(error?.errors.map(\.variable) ?? []) == ["DATABASE_URL", "BATCH_SIZE", "LOG_LEVEL", "FCM_BASE_URL"])
+        // A URL's credentials are not echoed back.
+        #expect(error?.description.contains("pw@") == false)
+        #expect(error?.description.split(separator: "\n").count == 5)
+    }
+
+    @Test func nearMisses_suggestTheSettingAndIgnoreOtherVariables() {
+        let misses = SettingNames.nearMisses(in: [
+            "MAX_INFLIGHT": "5", "FCM_BASEURL": "https://x", "EVENT_MAX_AGES": "1h", "LOG_LEVL": "debug", "max_in_flight": "3",
+            "MAX_IN_FLIGHT": "5", "PATH": "/bin", "NOTIFY_SOCKET": "/run/x", "DATABASE_PASSWORD_FILE": "/x", "LOGNAME": "root",
+        ])
+        #expect(misses.map(\.description) == [
+            "EVENT_MAX_AGES is not a setting; did you mean EVENT_MAX_AGE?",
+            "FCM_BASEURL is not a setting; did you mean FCM_BASE_URL?",
+            "LOG_LEVL is not a setting; did you mean LOG_LEVEL?",
+            "MAX_INFLIGHT is not a setting; did you mean MAX_IN_FLIGHT?",
+            "max_in_flight is not a setting; did you mean MAX_IN_FLIGHT?",
+        ])
+        #expect(SettingNames.nearMisses(in: Dictionary(uniqueKeysWithValues: SettingNames.all.map { ($0, "x") })).isEmpty)
     }
 
     @Test func durations_acceptEveryUnitAndBareSeconds() {

@@ -1,0 +1,324 @@
+import FCMEmulator
+import Foundation
+import JSON
+@testable import OperatorCommands
+import Postgres
+import Testing
+import TestSupport
+import WorkerApp
+
+/// `check-config` (issue 32): it rejects everything `run` rejects, names every bad setting, warns about near-miss names,
+/// shows the FCM project, never prints a secret; `--online` reaches the database, OAuth, FCM and reports each.
+@Suite("check-config")
+struct CheckConfigTests {
+    static let fixtures = TLSFixtures.shared
+    static let databasePassword = "s3cret-db-pass"
+
+    /// Credential files made once per test process: a service account's RSA key, an App Store P-256 key, a DER root.
+    struct Files: Sendable {
+        let rsaPrivatePEM: String
+        let rsaPublicPEM: String
+        let rsaKeyFile: String
+        let ecKeyFile: String
+        let derRootFile: String
+    }
+
+    static let files: Files = {
+        do {
+            let directory = fixtures.directory
+            let rsa = try fixtures.rsaKeyPair(name: "check-config-rsa")
+            let rsaKeyFile = "\(directory)/check-config-rsa.key"
+            let ecKeyFile = "\(directory)/check-config-appstore.p8"
+            try TLSFixtures.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", ecKeyFile])
+            let derRootFile = "\(directory)/check-config-root.der"
+            try TLSFixtures.openssl(["x509", "-in", fixtures.caFile, "-outform", "DER", "-out", derRootFile])
+            return Files(rsaPrivatePEM: rsa.privatePEM, rsaPublicPEM: rsa.publicPEM, rsaKeyFile: rsaKeyFile, ecKeyFile: ecKeyFile,
+                         derRootFile: derRootFile)
+        } catch { fatalError("cannot make check-config fixtures: \(error)") }
+    }()
+
+    /// A service-account JSON without the fields `removing`, with `setting` changed.
+    static func serviceAccount(removing: [String] = [], setting: [String: String] = [:],
+                               tokenURI: String = "https://127.0.0.1:1/token") throws -> String {
+        var object: [String: Any] = [
+            "type": "service_account", "project_id": "pill-project", "private_key_id": "kid-1", "private_key": files.rsaPrivatePEM,
+            "client_email": "worker@pill-project.iam.gserviceaccount.com", "token_uri": tokenURI,
+        ]
+        for (name, value) in setting { object[name] = value }
+        for name in removing { object[name] = nil }
+        let path = "\(fixtures.directory)/sa-\(UUID().uuidString).json"
+        try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// Settings that load: a service account, the App Store with a P-256 key and a PEM and a DER root.
+    static func validEnvironment() throws -> [String: String] {
+        [
+            "DATABASE_URL": "postgresql://worker:\(databasePassword)@127.0.0.1:1/app",
+            "FCM_SERVICE_ACCOUNT_FILE": try serviceAccount(),
+            "APPSTORE_ISSUER_ID": "issuer-1", "APPSTORE_KEY_ID": "KEY123", "APPSTORE_BUNDLE_ID": "jp.example.pill",
+            "APPSTORE_PRIVATE_KEY_FILE": files.ecKeyFile,
+            "APPSTORE_ROOT_CERT_FILES": "\(fixtures.caFile),\(files.derRootFile)",
+        ]
+    }
+
+    static func checkConfig(_ environment: [String: String], _ arguments: String...) async -> CommandRunner.Result {
+        await CommandRunner.execute(CheckConfigCommand.self, arguments: arguments, environment: environment)
+    }
+
+    static func checkConfigJSON(_ environment: [String: String], _ arguments: String...) async throws -> (status: Int32, json: JSONValue) {
+        let result = await CommandRunner.execute(CheckConfigCommand.self, arguments: arguments + ["--json"], environment: environment)
+        guard let json = JSONValue.parse(result.output) else { throw TestSupportError("not JSON: \(result.output) \(result.errorOutput)") }
+        return (result.status, json)
+    }
+
+    /// The `(setting, problem)` pairs of the JSON's `errors`.
+    static func errors(_ json: JSONValue) -> [(setting: String, problem: String)] {
+        (json["errors"]?.arrayValue ?? []).map { ($0["setting"]?.stringValue ?? "", $0["problem"]?.stringValue ?? "") }
+    }
+
+    // MARK: offline
+
+    @Test func validConfiguration_printsSettingsProjectAndOK() async throws {
+        let result = await Self.checkConfig(try Self.validEnvironment())
+        #expect(result.status == 0, "\(result.errorOutput)")
+        #expect(result.output.contains("FCM project pill-project, service account worker@pill-project.iam.gserviceaccount.com"))
+        #expect(result.output.contains("App Store key KEY123, issuer issuer-1, bundle jp.example.pill"))
+        #expect(result.output.contains("MAX_IN_FLIGHT=100"))
+        #expect(result.output.hasSuffix("configuration OK"))
+        #expect(result.errorOutput.isEmpty)
+
+        let (status, json) = try await Self.checkConfigJSON(try Self.validEnvironment())
+        #expect(status == 0)
+        #expect(json["ok"]?.boolValue == true)
+        #expect(json["fcm"]?["projectId"]?.stringValue == "pill-project")
+        #expect(json["fcm"]?["clientEmail"]?.stringValue == "worker@pill-project.iam.gserviceaccount.com")
+        #expect(json["appStore"]?["keyId"]?.stringValue == "KEY123")
+        #expect(json["settings"]?["BATCH_SIZE"]?.stringValue == "100")
+        #expect(json["errors"]?.arrayValue?.isEmpty == true)
+        #expect(json["online"] == nil)
+    }
+
+    @Test func serviceAccountWithoutPrivateKey_exits78NamingIt() async throws {
+        var environment = try Self.validEnvironment()
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(removing: ["private_key"])
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.output.isEmpty)
+        #expect(result.errorOutput.contains("FCM_SERVICE_ACCOUNT_FILE"))
+        #expect(result.errorOutput.contains("\"private_key\" is missing"))
+        let (status, json) = try await Self.checkConfigJSON(environment)
+        #expect(status == 78)
+        #expect(json["ok"]?.boolValue == false)
+        #expect(Self.errors(json).map(\.setting) == ["FCM_SERVICE_ACCOUNT_FILE"])
+    }
+
+    @Test func privateKeyThatIsNotAKey_exits78WithoutEchoingIt() async throws {
+        var environment = try Self.validEnvironment()
+        let garbage = "-----BEGIN PRIVATE KEY-----\nTm90QUtleUF0QWxsU2VjcmV0Qnl0ZXM=\n-----END PRIVATE KEY-----\n"
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(setting: ["private_key": garbage])
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.errorOutput.contains("FCM_SERVICE_ACCOUNT_FILE"))
+        #expect(result.errorOutput.contains("\"private_key\" is not a PEM private key"))
+        #expect(!result.errorOutput.contains("Tm90QUtleUF0"))
+    }
+
+    @Test func rsaKeyAsTheAppStoreP8_exits78NamingIt() async throws {
+        var environment = try Self.validEnvironment()
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = Self.files.rsaKeyFile
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.errorOutput.contains("APPSTORE_PRIVATE_KEY_FILE"))
+        #expect(result.errorOutput.contains("RSA"))
+    }
+
+    @Test func rootFileThatIsNotACertificate_exits78NamingIt() async throws {
+        var environment = try Self.validEnvironment()
+        let notACertificate = try TestBinaries.temporaryFile("this is not a certificate\n", suffix: ".cer")
+        environment["APPSTORE_ROOT_CERT_FILES"] = "\(Self.fixtures.caFile),\(notACertificate)"
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.errorOutput.contains("APPSTORE_ROOT_CERT_FILES"))
+        #expect(result.errorOutput.contains(notACertificate))
+        #expect(!result.errorOutput.contains(Self.fixtures.caFile + " is not"))
+    }
+
+    @Test func severalBadSettings_areAllNamedInTextAndJSON() async throws {
+        var environment = try Self.validEnvironment()
+        environment["BATCH_SIZE"] = "ten"
+        environment["LOG_LEVEL"] = "verbose"
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(removing: ["private_key", "project_id"])
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = Self.files.rsaKeyFile
+        environment["APPSTORE_ROOT_CERT_FILES"] = try TestBinaries.temporaryFile("nope", suffix: ".pem")
+        environment["MAX_INFLIGHT"] = "5"
+        let expected: Set = ["BATCH_SIZE", "LOG_LEVEL", "FCM_SERVICE_ACCOUNT_FILE", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_ROOT_CERT_FILES"]
+
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        for setting in expected { #expect(result.errorOutput.contains(setting), "\(setting) not named: \(result.errorOutput)") }
+        #expect(result.errorOutput.contains("project_id") && result.errorOutput.contains("private_key"))
+        // The near-miss may be why a setting looks unset: it is shown beside the errors.
+        #expect(result.errorOutput.contains("MAX_INFLIGHT is not a setting; did you mean MAX_IN_FLIGHT?"))
+
+        let (status, json) = try await Self.checkConfigJSON(environment)
+        #expect(status == 78)
+        #expect(json["ok"]?.boolValue == false)
+        let errors = Self.errors(json)
+        #expect(Set(errors.map(\.setting)) == expected)
+        #expect(errors.count == 6)  // two fields of the service account
+        #expect(errors.allSatisfy { !$0.problem.isEmpty })
+        #expect(json["warnings"]?.arrayValue?.count == 1)
+    }
+
+    @Test func misspeltSetting_isWarnedWithTheSuggestion_andChangesNoStatus() async throws {
+        var environment = try Self.validEnvironment()
+        environment["MAX_INFLIGHT"] = "5"
+        environment["FCM_BASEURL"] = "https://fcm.example"
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 0)
+        #expect(result.output.contains("warning: MAX_INFLIGHT is not a setting; did you mean MAX_IN_FLIGHT?"))
+        #expect(result.output.contains("warning: FCM_BASEURL is not a setting; did you mean FCM_BASE_URL?"))
+        let (status, json) = try await Self.checkConfigJSON(environment)
+        #expect(status == 0)
+        #expect(json["warnings"]?.arrayValue?.compactMap(\.stringValue).contains("MAX_INFLIGHT is not a setting; did you mean MAX_IN_FLIGHT?") == true)
+    }
+
+    @Test func noSecretInAnyOutput() async throws {
+        let environment = try Self.validEnvironment()
+        // A line from the middle of each private key's base64 body.
+        let pemLines = Self.files.rsaPrivatePEM.split(separator: "\n")
+        let ecLines = try String(contentsOfFile: Self.files.ecKeyFile, encoding: .utf8).split(separator: "\n")
+        let secrets = [Self.databasePassword, String(pemLines[pemLines.count / 2]), String(ecLines[1])]
+        let text = await Self.checkConfig(environment)
+        let json = await CommandRunner.execute(CheckConfigCommand.self, arguments: ["--json"], environment: environment)
+        #expect(text.status == 0)
+        #expect(text.output.contains("postgresql://worker:***@127.0.0.1:1/app"))
+        for secret in secrets {
+            for output in [text.output, text.errorOutput, json.output, json.errorOutput] { #expect(!output.contains(secret)) }
+        }
+    }
+
+    /// `run` loads through the same `StartupConfiguration`: the key check-config rejects stops it too, before it touches anything.
+    @Test func run_exits78ForTheKeyCheckConfigRejects() async throws {
+        var environment = try Self.validEnvironment()
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = Self.files.rsaKeyFile
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(removing: ["private_key"])
+        #expect(await Self.checkConfig(environment).status == 78)
+        #expect(await WorkerApp.main(arguments: ["medication-worker", "run"], environment: environment) == 78)
+    }
+
+    @Test func dryRunVerdicts_tellProofFromRefusal() {
+        func verdict(_ status: Int, _ body: String) -> (ok: Bool, detail: String) {
+            OnlineChecks.dryRunVerdict(status: status, body: Array(body.utf8))
+        }
+        #expect(verdict(200, #"{"name":"projects/p/messages/fake_message_id"}"#).ok)
+        #expect(verdict(400, #"{"error":{"code":400,"status":"INVALID_ARGUMENT","message":"The registration token is not a valid FCM registration token"}}"#).ok)
+        #expect(verdict(404, #"{"error":{"code":404,"status":"NOT_FOUND","message":"x","details":[{"errorCode":"UNREGISTERED"}]}}"#).ok)
+        let mismatch = verdict(403, #"{"error":{"code":403,"status":"PERMISSION_DENIED","message":"SenderId mismatch","details":[{"errorCode":"SENDER_ID_MISMATCH"}]}}"#)
+        #expect(!mismatch.ok && mismatch.detail.contains("SENDER_ID_MISMATCH"))
+        #expect(!verdict(401, #"{"error":{"code":401,"status":"UNAUTHENTICATED","message":"x"}}"#).ok)
+        let html = verdict(404, "<html><body>Not Found</body></html>")
+        #expect(!html.ok && html.detail.contains("FCM_BASE_URL"))
+        #expect(!verdict(200, "<html></html>").ok)
+    }
+
+    // MARK: --online
+
+    /// The database, the emulator (TLS, trusting the suite's CA) and a service account whose token_uri is the emulator's.
+    static func withOnlineRig(_ body: (String, FCMEmulator, [String: String]) async throws -> Void) async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: files.rsaPublicPEM))
+            defer { emulator.stop() }
+            let environment = [
+                "DATABASE_URL": conninfo, "FCM_BASE_URL": emulator.baseURL, "TLS_CA_FILE": fixtures.caFile,
+                "FCM_SERVICE_ACCOUNT_FILE": try serviceAccount(tokenURI: emulator.tokenURI),
+            ]
+            try await body(conninfo, emulator, environment)
+        }
+    }
+
+    @Test func online_allChecksOkAgainstTheDatabaseAndTheEmulator() async throws {
+        try await Self.withOnlineRig { _, emulator, environment in
+            let result = await Self.checkConfig(environment, "--online")
+            #expect(result.status == 0, "\(result.output)\n\(result.errorOutput)")
+            #expect(result.output.contains("configuration OK"))
+            let (status, json) = try await Self.checkConfigJSON(environment, "--online")
+            #expect(status == 0)
+            #expect(json["ok"]?.boolValue == true)
+            let online = json["online"]?.arrayValue ?? []
+            #expect(online.compactMap { $0["check"]?.stringValue } == ["database", "oauth_token", "fcm"])
+            #expect(online.allSatisfy { $0["ok"]?.boolValue == true }, "\(online)")
+            // validate_only: checked by FCM, delivered to no one.
+            #expect(emulator.stats.sendsByOutcome["validate_only"] == 2)
+            #expect(emulator.receivedMessages.isEmpty)
+        }
+    }
+
+    /// The privileges the check asks for are exactly what `sql/roles.sql` grants: under that role the database line is ok.
+    @Test func online_underTheRoleOfRolesSQL_databaseIsOk() async throws {
+        try await Self.withOnlineRig { conninfo, _, environment in
+            // roles.sql with a role of this test's own (roles are cluster-wide and other suites create `medication_worker`).
+            let role = "cc_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+            let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let rolesSQL = try String(contentsOf: root.appendingPathComponent("sql/roles.sql"), encoding: .utf8)
+                .replacingOccurrences(of: "_medication_worker", with: "\u{1}")  // the worker's own tables keep their names
+                .replacingOccurrences(of: "medication_worker", with: String(role))
+                .replacingOccurrences(of: "\u{1}", with: "_medication_worker")
+            let admin = try PostgresConnection(conninfo: conninfo)
+            try admin.execute(rolesSQL)
+            defer {
+                _ = try? admin.query("DROP OWNED BY \(role)")
+                _ = try? admin.query("DROP ROLE IF EXISTS \(role)")
+            }
+            var restricted = environment
+            restricted["DATABASE_URL"] = conninfo + " user=\(role)"
+            let result = await Self.checkConfig(restricted, "--online")
+            #expect(result.status == 0, "\(result.output)\n\(result.errorOutput)")
+            #expect(result.output.contains("database    ok: ") && result.output.contains("as \(role)"), "\(result.output)")
+        }
+    }
+
+    @Test func online_fcmRefusingTheProject_exits1NamingIt() async throws {
+        try await Self.withOnlineRig { _, emulator, environment in
+            emulator.setProjectFault(.permissionDenied)
+            let result = await Self.checkConfig(environment, "--online")
+            #expect(result.status == 1)
+            #expect(result.errorOutput.contains("online check failed: fcm"))
+            let line = result.output.split(separator: "\n").first { $0.hasPrefix("fcm ") }.map(String.init) ?? ""
+            #expect(line.contains("FAILED") && line.contains("403 PERMISSION_DENIED"), "\(result.output)")
+            let (status, json) = try await Self.checkConfigJSON(environment, "--online")
+            #expect(status == 1)
+            #expect(json["ok"]?.boolValue == false)
+            let fcm = json["online"]?.arrayValue?.first { $0["check"]?.stringValue == "fcm" }
+            #expect(fcm?["ok"]?.boolValue == false)
+            #expect(json["online"]?.arrayValue?.first { $0["check"]?.stringValue == "oauth_token" }?["ok"]?.boolValue == true)
+        }
+    }
+
+    @Test func online_roleWithoutGrants_exits1NamingTheMissingPrivileges() async throws {
+        try await Self.withOnlineRig { conninfo, _, environment in
+            let role = "cc_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+            let admin = try PostgresConnection(conninfo: conninfo)
+            try admin.query("CREATE ROLE \(role) LOGIN")
+            defer {
+                _ = try? admin.query("DROP OWNED BY \(role)")
+                _ = try? admin.query("DROP ROLE IF EXISTS \(role)")
+            }
+            // Everything but the outbox: the check names exactly what is missing.
+            try admin.query("GRANT USAGE ON SCHEMA public TO \(role)")
+            for (table, privileges) in OnlineChecks.requiredPrivileges where table != "PushOutbox" {
+                try admin.query("GRANT \(privileges.joined(separator: ", ")) ON \"\(table)\" TO \(role)")
+            }
+            var restricted = environment
+            restricted["DATABASE_URL"] = conninfo + " user=\(role)"
+            let (status, json) = try await Self.checkConfigJSON(restricted, "--online")
+            #expect(status == 1)
+            let database = json["online"]?.arrayValue?.first { $0["check"]?.stringValue == "database" }
+            #expect(database?["ok"]?.boolValue == false)
+            let detail = database?["detail"]?.stringValue ?? ""
+            #expect(detail.contains(#"SELECT on "PushOutbox""#) && detail.contains(#"DELETE on "PushOutbox""#), "\(detail)")
+            #expect(!detail.contains("PushDelivery"))
+        }
+    }
+}
