@@ -59,11 +59,12 @@ public enum CommandRunner {
             return Result(status: report.exitStatus, output: json ? report.json.serialized : report.text, errorOutput: report.errorText)
         } catch let error as ConfigurationError {
             return failure(json: json, status: ExitStatus.config, kind: "configuration",
-                           message: "medication-worker: configuration error: \(error)", details: ["setting": .string(error.variable)])
+                           message: "medication-worker: configuration error: \(error)",
+                           details: ["setting": .string(error.variable), "errors": .array([Self.json(error)])])
         } catch let error as ConfigurationErrors {
             return failure(json: json, status: ExitStatus.config, kind: "configuration",
                            message: "medication-worker: configuration error: \(error)",
-                           details: ["settings": .array(error.errors.map { .string($0.variable) })])
+                           details: ["setting": .string(error.errors.first?.variable ?? ""), "errors": .array(error.errors.map(Self.json))])
         } catch let error as CommandFailure {
             return failure(json: json, status: ExitStatus.failure, kind: "failure",
                            message: "medication-worker \(type.name): \(error)", details: error.details)
@@ -71,6 +72,11 @@ public enum CommandRunner {
             return failure(json: json, status: ExitStatus.failure, kind: "failure",
                            message: "medication-worker \(type.name) failed: \(error)", details: [:])
         }
+    }
+
+    /// One bad setting as the JSON error lists it.
+    static func json(_ error: ConfigurationError) -> JSONValue {
+        .object(["setting": .string(error.variable), "problem": .string(error.problem)])
     }
 
     /// The error for stderr, and with `--json` also as the one document on stdout, so a script always gets JSON.

@@ -175,7 +175,7 @@ struct EventCommand: OperatorCommand {
                 let event = try Event(row)
                 let deliveries = try event.eventKey.map { key in
                     try connection.query(Self.deliveriesSQL, [.text(key)]).map { row in
-                        Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: try row["token"].optionalString() ?? "…",
+                        Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: row["token"].optionalString() ?? "…",
                                  deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
                                  attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),
                                  createdAt: try row["created_at"].date(), sentAt: try row["sent_at"].optionalDate(),
