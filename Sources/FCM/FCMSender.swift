@@ -41,7 +41,7 @@ public final class FCMSender: PushSender {
     /// The request headers for the current access token, built once per token (not per send).
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
-    private let gate: SendGate
+    let gate: SendGate
     /// Tells a stale token's SENDER_ID_MISMATCH from a wrong key's (SPEC §3).
     private let mismatches: SenderMismatchGuard
     /// The gate's reason for a wrong key: names SENDER_ID_MISMATCH and the key's project for `/readyz` and the log.

@@ -66,7 +66,16 @@ final class SendGate: Sendable {
         var meter = SendRateMeter()
         /// Sends waiting for a token while open, oldest first; a timer is armed whenever there are any.
         var paced: [Held] = []
-        var timerArmed = false
+        /// The armed timer's number: a timer whose number is not this one was replaced (a new cap) and does nothing.
+        var timer: UInt64?
+        var timers: UInt64 = 0
+
+        /// Arms a new timer (replacing any): its number.
+        mutating func armTimer() -> UInt64 {
+            timers &+= 1
+            timer = timers
+            return timers
+        }
 
         /// Brings the bucket to `limit.cap`; returns the new cap (0: none) when it changed.
         mutating func applyCap(now: ContinuousClock.Instant) -> Double? {
@@ -107,8 +116,8 @@ final class SendGate: Sendable {
     /// What `submit` does once the state is updated.
     private enum Start {
         case run(ticket: UInt64, probe: Bool)
-        /// Waits in line for a token; a timer is armed for `timer` when one was not already.
-        case paced(timer: Duration?)
+        /// Waits in line for a token; timer number `timer.number` is armed for `timer.after` when none was.
+        case paced(timer: (number: UInt64, after: Duration)?)
         case held
     }
 
@@ -171,8 +180,7 @@ final class SendGate: Sendable {
                 }
                 if let wait = state.take(now: now) {
                     state.paced.append(held)
-                    state.timerArmed = true
-                    return (.paced(timer: wait), cap)
+                    return (.paced(timer: (state.armTimer(), wait)), cap)
                 }
                 return (.run(ticket: state.started(now: now), probe: false), cap)
             case .probing(inFlight: false):
@@ -192,31 +200,33 @@ final class SendGate: Sendable {
             held.run(ticket)
         case .paced(let timer):
             rateWaits.increment()
-            if let timer { releasePaced(after: timer) }
+            if let timer { releasePaced(timer: timer.number, after: timer.after) }
         case .held:
             break
         }
     }
 
-    /// Arms the timer that releases paced sends.
-    private func releasePaced(after wait: Duration) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + max(wait, Self.timerQuantum).asSeconds) { [self] in releasePaced() }
+    /// Arms timer `number`, which releases paced sends.
+    private func releasePaced(timer number: UInt64, after wait: Duration) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + max(wait, Self.timerQuantum).asSeconds) { [self] in
+            releasePaced(timer: number)
+        }
     }
 
-    /// The timer: the paced sends that have a token now leave, in order; the timer is armed again for the rest.
-    private func releasePaced() {
+    /// Timer `number`: the paced sends that have a token now leave, in order; a timer is armed again for the rest.
+    private func releasePaced(timer number: UInt64) {
         let now = ContinuousClock.now
-        let (released, next, cap) = state.withLock { state -> ([(Held, UInt64)], Duration?, Double?) in
-            state.timerArmed = false
+        let (released, next, cap) = state.withLock { state -> ([(Held, UInt64)], (number: UInt64, after: Duration)?, Double?) in
+            guard state.timer == number else { return ([], nil, nil) }
+            state.timer = nil
             let cap = state.climb(now: now)
             // Paused since: `fault` moved the line to the held sends.
             guard case .open = state.phase else { return ([], nil, cap) }
             var released: [(Held, UInt64)] = []
-            var next: Duration?
+            var next: (number: UInt64, after: Duration)?
             for held in state.paced {
                 if let wait = state.take(now: now) {
-                    next = wait
-                    state.timerArmed = true
+                    next = (state.armTimer(), wait)
                     break
                 }
                 released.append((held, state.started(now: now)))
@@ -225,17 +235,21 @@ final class SendGate: Sendable {
             return (released, next, cap)
         }
         if let cap { rateLimit.set(cap) }
-        if let next { releasePaced(after: next) }
+        if let next { releasePaced(timer: next.number, after: next.after) }
         for (held, ticket) in released { held.run(ticket) }
     }
 
-    /// This instance's share of the project's sends per second (nil: none), from the live-instances heartbeat.
+    /// This instance's share of the project's sends per second (nil: none), from the live-instances heartbeat. Sends
+    /// waiting in line move at the new pace at once.
     func setBudget(_ perSecond: Double?) {
-        let cap = state.withLock { state in
+        let (cap, timer) = state.withLock { state -> (Double?, UInt64?) in
             state.limit.setBudget(perSecond)
-            return state.applyCap(now: .now)
+            let cap = state.applyCap(now: .now)
+            guard cap != nil, !state.paced.isEmpty, case .open = state.phase else { return (cap, nil) }
+            return (cap, state.armTimer())
         }
         if let cap { rateLimit.set(cap) }
+        if let timer { releasePaced(timer: timer, after: .zero) }
     }
 
     /// The sends per second allowed now (nil: no cap), and the pacing state behind it.
