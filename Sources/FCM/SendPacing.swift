@@ -26,9 +26,10 @@ package struct TokenBucket: Sendable, Equatable {
     /// The slowest rate a bucket runs at (one send every 100 s): a rate of zero would hold sends for ever.
     package static let minimumRate = 0.01
 
-    /// The burst that goes with a rate: 50 ms of sends, at least 1 and at most 50 (FCM's quota is per minute; a
-    /// proxy that enforces it per second tolerates a small burst, and nginx's `burst=100` tolerates this one).
-    package static func burst(forRate rate: Double) -> Double { min(50, max(1, rate / 20)) }
+    /// The burst that goes with a rate: 10 ms of sends, at least 1 and at most 20 (FCM's quota is per minute; a
+    /// proxy that enforces it per second tolerates a small burst, and nginx's `burst=100` tolerates several
+    /// instances' together).
+    package static func burst(forRate rate: Double) -> Double { min(20, max(1, rate / 100)) }
 
     /// Takes one token at `now`: nil when one was there (taken), else how long until one is (nothing taken).
     package mutating func take(now: ContinuousClock.Instant) -> Duration? {

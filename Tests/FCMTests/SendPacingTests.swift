@@ -43,7 +43,7 @@ struct SendPacingTests {
         #expect(TokenBucket(rate: 0, burst: 0).rate == TokenBucket.minimumRate)
     }
 
-    @Test(arguments: [(1.0, 1.0), (20.0, 1.0), (100.0, 5.0), (1900.0, 50.0), (100_000.0, 50.0)])
+    @Test(arguments: [(1.0, 1.0), (20.0, 1.0), (500.0, 5.0), (950.0, 9.5), (1900.0, 19.0), (100_000.0, 20.0)])
     func tokenBucket_burstForRate(rate: Double, burst: Double) {
         #expect(TokenBucket.burst(forRate: rate) == burst)
     }

@@ -106,7 +106,7 @@ struct SendRateTests {
         #expect(rig.emulator.stats.sendsByOutcome["project_quota_exceeded"] == nil)
         #expect(rig.metrics.value("fcm_send_rate_limit") == budget)
         #expect((rig.metrics.value("fcm_send_rate_waits_total") ?? 0) > 0)
-        // Sends per sliding second at the emulator: the budget plus the burst (3), with room for arrivals bunched by
+        // Sends per sliding second at the emulator: the budget plus the burst (1), with room for arrivals bunched by
         // the network and the scheduler.
         let arrivals = rig.emulator.receivedMessages.map(\.receivedAt).sorted()
         var busiest = 0
