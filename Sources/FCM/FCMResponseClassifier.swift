@@ -22,6 +22,8 @@ public enum FCMResponseClassifier {
     static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
     /// The retry reason of a 429 for one device's message rate (not the project's quota).
     public static let deviceQuotaReason = "QUOTA_EXCEEDED_DEVICE"
+    /// The retry reason of a 429 for the project's quota.
+    public static let projectQuotaReason = "QUOTA_EXCEEDED"
 
     /// The parts of Google's error JSON (`error.code`, `error.status`, `error.details[]`) that matter.
     public struct GoogleError: Sendable, Equatable {
@@ -94,7 +96,7 @@ public enum FCMResponseClassifier {
             if error?.isDeviceQuota == true {
                 return .outcome(.retry(reason: deviceQuotaReason, after: retryAfter, minimumBackoff: nil))
             }
-            return .outcome(.retry(reason: "QUOTA_EXCEEDED", after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
+            return .outcome(.retry(reason: projectQuotaReason, after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
         }
         if status >= 500 {
             let reason = status == 503 ? "UNAVAILABLE" : status == 500 ? "INTERNAL" : "HTTP \(status)"

@@ -12,12 +12,21 @@ public struct FCMConfiguration: Sendable {
     /// `https://fcm.googleapis.com` in production; the emulator's URL in tests.
     public var baseURL: String
     public var http: HTTPClientConfiguration
+    /// This instance's sends per second at start (its share of `FCM_MAX_SENDS_PER_SECOND`; nil: no cap); the
+    /// live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
+    public var maxSendsPerSecond: Double?
+    /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s
+    /// (SPEC §3). Shorter only in tests.
+    public var quotaPause: Duration
 
     public init(serviceAccount: ServiceAccount, baseURL: String = "https://fcm.googleapis.com",
-                http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15))) {
+                http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15)), maxSendsPerSecond: Double? = nil,
+                quotaPause: Duration = .seconds(60)) {
         self.serviceAccount = serviceAccount
         self.baseURL = baseURL
         self.http = http
+        self.maxSendsPerSecond = maxSendsPerSecond
+        self.quotaPause = quotaPause
     }
 }
 
@@ -32,11 +41,12 @@ public final class FCMSender: PushSender {
     /// The request headers for the current access token, built once per token (not per send).
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
-    private let gate: SendGate
+    let gate: SendGate
     /// Tells a stale token's SENDER_ID_MISMATCH from a wrong key's (SPEC §3).
     private let mismatches: SenderMismatchGuard
     /// The gate's reason for a wrong key: names SENDER_ID_MISMATCH and the key's project for `/readyz` and the log.
     private let wrongKeyReason: String
+    private let quotaPause: Duration
 
     /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check);
     /// `onCredentials` what the OAuth token endpoint last said (`fcm_credentials`).
@@ -46,8 +56,9 @@ public final class FCMSender: PushSender {
         // Overload and connection faults pause after this many in a row (a single device's 429 must not).
         let mismatches = SenderMismatchGuard(metrics: metrics)
         self.mismatches = mismatches
-        gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), logger: logger, metrics: metrics, onHealth: onHealth,
-                        onResume: { mismatches.recovered() })
+        gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), budget: configuration.maxSendsPerSecond,
+                        logger: logger, metrics: metrics, onHealth: onHealth, onResume: { mismatches.recovered() })
+        quotaPause = configuration.quotaPause
         wrongKeyReason = "SENDER_ID_MISMATCH from most devices: the service account (project \(configuration.serviceAccount.projectId)) "
             + "is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
         http = try HTTPClient(configuration: configuration.http)
@@ -71,6 +82,14 @@ public final class FCMSender: PushSender {
     }
 
     public func cancelWaiting() { gate.dropHeld() }
+
+    /// This instance's share of the project's FCM budget, in sends per second (nil: no cap); the cap applies from
+    /// now on (SPEC §3 "FCM's project quota").
+    public func setSendBudget(perSecond: Double?) { gate.setBudget(perSecond) }
+
+    /// The sends per second this instance allows itself now (nil: no cap): its budget share, or less after FCM's
+    /// project quota was hit.
+    public var sendRateLimit: Double? { gate.rateLimitState.cap }
 
     public func cancelInFlight() {
         gate.dropHeld()
@@ -120,8 +139,11 @@ public final class FCMSender: PushSender {
             case .outcome(.tokenInvalid(reason: Self.senderIdMismatch)):
                 judgeMismatch(push, ticket: ticket, completion)
             case .outcome(let outcome):
-                if case .retry(let reason, let after, _) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
-                    gate.fault(.overload, reason: reason, retryAfter: after, ticket: ticket)
+                if case .retry(let reason, let after, let minimum) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
+                    // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
+                    let quota = reason == FCMResponseClassifier.projectQuotaReason
+                    gate.fault(.overload, reason: reason, retryAfter: after, minimumPause: quota && minimum != nil ? quotaPause : nil,
+                               quota: quota, ticket: ticket)
                 } else {
                     // A device over its own message rate says nothing against FCM or the project.
                     if Self.vouchesForTheKey(outcome) { mismatches.healthy(token: push.token) }

@@ -11,6 +11,7 @@ extension FCMEmulator {
                                     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
                                     errorCode: nil)
         }
+        if let answer = projectQuotaAnswer() { return answer }
         let message: (token: String, collapseId: String, validateOnly: Bool)
         switch validate(request) {
         case .refused(let answer): return answer
@@ -35,6 +36,26 @@ extension FCMEmulator {
         /// `validateOnly`: the request's `"validate_only": true` (a dry run FCM checks and does not deliver).
         case message(token: String, collapseId: String, validateOnly: Bool)
         case refused(HTTPServerResponse)
+    }
+
+    /// Google's answer to a send over the project's quota, when one is configured and this send exceeds it.
+    private func projectQuotaAnswer() -> HTTPServerResponse? {
+        guard let quota = configuration.projectQuota else { return nil }
+        let now = Date()
+        let allowed = state.withLock { s -> Bool in
+            let burst = Double(quota.burst) + 1
+            let earned = (s.quotaAllowance ?? burst) + quota.rate * max(0, now.timeIntervalSince(s.quotaUpdated))
+            s.quotaUpdated = now
+            s.quotaAllowance = min(burst, earned)
+            guard s.quotaAllowance! >= 1 else { return false }
+            s.quotaAllowance! -= 1
+            return true
+        }
+        if allowed { return nil }
+        count("project_quota_exceeded")
+        return Self.googleError(429, "RESOURCE_EXHAUSTED",
+                                "Quota exceeded for quota metric 'Send requests' and limit 'Send requests per minute' of service 'fcm.googleapis.com'.",
+                                errorCode: "QUOTA_EXCEEDED")
     }
 
     /// The answer to every send while a project fault is set.

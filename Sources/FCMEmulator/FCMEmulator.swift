@@ -32,6 +32,10 @@ public final class FCMEmulator: Sendable {
         public var unavailableFor: Duration = .zero
         /// The `Retry-After` of that window's answers (nil: the window's length).
         public var unavailableRetryAfter: Duration?
+        /// The project's quota, enforced as nginx's `limit_req` does (`rate` sends a second, `burst` more at once):
+        /// a send over it gets Google's 429 RESOURCE_EXHAUSTED with the QUOTA_EXCEEDED FcmError and no `Retry-After`.
+        /// nil: no quota.
+        public var projectQuota: (rate: Double, burst: Int)?
 
         public init(assertionPublicKeyPEM: String, tls: TLSIdentity?) {
             self.assertionPublicKeyPEM = assertionPublicKeyPEM
@@ -78,6 +82,9 @@ public final class FCMEmulator: Sendable {
         /// Every token request is refused with this OAuth error while set (until `tokenRefusalUntil`, when set).
         var tokenRefusal: (error: String, description: String)?
         var tokenRefusalUntil: Date?
+        /// The quota's sends still allowed at once, and when that was computed.
+        var quotaAllowance: Double?
+        var quotaUpdated = Date()
     }
 
     let state = Mutex(State())

@@ -113,7 +113,7 @@ struct Supervisor {
                    logger: logger.child(label: "retention"), metrics: parts.metrics),
             StatusRefresher(gauges: QueueGauges(client: pools.maintenance, metrics: parts.metrics), parts: parts, logger: logger),
             Watchdog(parts: parts, logger: logger),
-            InstanceHeartbeat(instances: LiveInstances(client: pools.maintenance), logger: logger),
+            InstanceHeartbeat(instances: LiveInstances(client: pools.maintenance), logger: logger, onLive: budgetShare),
             parts.appStore?.rechecker,
             parts.appStore?.poller,
         ]
@@ -122,6 +122,13 @@ struct Supervisor {
             parts.healthServer,      // /healthz, /readyz, /metrics answer until the loops are done
             ConcurrentServices(loops.compactMap { $0 }),  // one stop, one deadline for every loop
         ]
+    }
+
+    /// Splits `FCM_MAX_SENDS_PER_SECOND` among the live instances at every heartbeat (nothing to split without it).
+    private var budgetShare: @Sendable (Int) -> Void {
+        guard let budget = configuration.fcmMaxSendsPerSecond else { return { _ in } }
+        let share = SendBudgetShare(budget: budget, sender: parts.sender, logger: logger.child(label: "fcm"))
+        return { live in share.live(live) }
     }
 
     private var listenMode: String { configuration.databaseListenURL == nil ? "DATABASE_URL" : "DATABASE_LISTEN_URL" }

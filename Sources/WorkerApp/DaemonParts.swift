@@ -51,7 +51,10 @@ final class DaemonParts: Sendable {
         health.set(.database, .down("not checked yet"))
         health.set(.fcmCredentials, .ok)
         health.set(.fcm, .ok)
-        let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http),
+        // The whole budget until the first heartbeat (at start) tells how many instances share it.
+        let fcm = FCMConfiguration(serviceAccount: account, baseURL: configuration.fcmBaseURL, http: http,
+                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init))
+        let sender = try FCMSender(configuration: fcm,
                                    logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
                                        switch state {
                                        case .ok: health.set(.fcm, .ok)

@@ -1,3 +1,4 @@
+import FCM
 import FoundationEssentials
 import Health
 import Lifecycle
@@ -154,6 +155,38 @@ final class SharedFlag: Sendable {
     func set(_ new: Bool) -> Bool { value.withLock { old in defer { old = new }; return old } }
 }
 
+/// This instance's share of `FCM_MAX_SENDS_PER_SECOND` (SPEC §3 "FCM's project quota"): the budget split evenly among
+/// the live instances, handed to the sender at every heartbeat; logged when it changes.
+struct SendBudgetShare: Sendable {
+    let budget: Int
+    let sender: FCMSender
+    let logger: Logger
+    private let lastLive = SharedCount()
+
+    init(budget: Int, sender: FCMSender, logger: Logger) {
+        self.budget = budget
+        self.sender = sender
+        self.logger = logger
+    }
+
+    /// Each instance's sends per second when `live` instances share the budget.
+    static func share(of budget: Int, live: Int) -> Double { Double(budget) / Double(max(1, live)) }
+
+    func live(_ live: Int) {
+        let share = Self.share(of: budget, live: live)
+        sender.setSendBudget(perSecond: share)
+        let changed = lastLive.withLock { last in
+            defer { last = live }
+            return last != live
+        }
+        if changed {
+            logger.info("FCM send budget shared", metadata: [
+                "fcm.budget": "\(budget)/s", "instances.live": "\(live)", "fcm.send_rate_limit": "\(Int(share.rounded(.down)))/s",
+            ])
+        }
+    }
+}
+
 /// A count several rounds of a job share.
 final class SharedCount: Sendable {
     private let value = Mutex(0)
@@ -166,12 +199,15 @@ final class SharedCount: Sendable {
 struct InstanceHeartbeat: PeriodicJob {
     let instances: LiveInstances
     let logger: Logger
+    /// Hears how many instances are live (this one included) after every heartbeat.
+    var onLive: @Sendable (Int) -> Void = { _ in }
     /// Consecutive failed heartbeats (the first is logged; the database check reports the outage).
     private let failures = SharedCount()
 
     func runOnce(until stop: StopSignal) async throws -> Int {
         let live = try await instances.heartbeat(version: WorkerApp.version)
         failures.withLock { $0 = 0 }
+        onLive(live)
         return live
     }
 

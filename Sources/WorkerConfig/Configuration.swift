@@ -55,6 +55,8 @@ public struct Configuration: Sendable {
     public var databaseStatementTimeout: Duration = Defaults.databaseStatementTimeout
     public var fcmServiceAccountFile: String
     public var fcmBaseURL: String
+    /// `FCM_MAX_SENDS_PER_SECOND`: the FCM project's send budget, shared by the live instances (nil: no cap).
+    public var fcmMaxSendsPerSecond: Int? = nil
     public var tlsCAFile: String?
     public var healthHost: String
     public var healthPort: UInt16
@@ -94,6 +96,8 @@ public struct Configuration: Sendable {
         let serviceAccount = reader.file("FCM_SERVICE_ACCOUNT_FILE",
                                          default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
         let fcmBaseURL = reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
+        let fcmMaxSends = reader.raw("FCM_MAX_SENDS_PER_SECOND") == nil ? nil
+            : reader.integer("FCM_MAX_SENDS_PER_SECOND", default: 0, range: 1...1_000_000)
         let tlsCAFile = reader.optionalFile("TLS_CA_FILE")
         let health = reader.hostPort("HEALTH_ADDR", default: Defaults.healthAddress)
         let batchSize = reader.integer("BATCH_SIZE", default: Defaults.batchSize, range: 1...1000)
@@ -111,7 +115,7 @@ public struct Configuration: Sendable {
 
         let configuration = Configuration(
             databaseURL: databaseURL, databaseListenURL: databaseListenURL, databaseStatementTimeout: statementTimeout,
-            fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, tlsCAFile: tlsCAFile,
+            fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, fcmMaxSendsPerSecond: fcmMaxSends, tlsCAFile: tlsCAFile,
             healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
             pollInterval: .milliseconds(pollMS), leaseDuration: .seconds(leaseSeconds), maxAttempts: maxAttempts,
             eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
@@ -128,6 +132,7 @@ public struct Configuration: Sendable {
             ("DATABASE_STATEMENT_TIMEOUT", ValueParsing.format(databaseStatementTimeout)),
             ("FCM_SERVICE_ACCOUNT_FILE", fcmServiceAccountFile),
             ("FCM_BASE_URL", fcmBaseURL),
+            ("FCM_MAX_SENDS_PER_SECOND", fcmMaxSendsPerSecond.map { "\($0) (shared by the live instances)" } ?? "(none: no cap; after FCM's quota is hit, below the rate that hit it)"),
             ("TLS_CA_FILE", tlsCAFile ?? "(none)"),
             ("HEALTH_ADDR", healthHost.contains(":") ? "[\(healthHost)]:\(healthPort)" : "\(healthHost):\(healthPort)"),
             ("BATCH_SIZE", String(batchSize)),

@@ -9,6 +9,8 @@ import HTTPServer
 //                [--token-bytes N]             (issued access tokens are N bytes long, as Google's ~1 KB ones)
 //                [--token-lifetime S]          (issued access tokens expire after S seconds; Google's live 3600)
 //                [--sender-id-mismatch]        (every send answers 403 SENDER_ID_MISMATCH: a key of another project)
+//                [--quota-per-second N [--quota-burst B]]  (the project's quota: sends over N/s, B more at once (default
+//                                              100), get 429 QUOTA_EXCEEDED without Retry-After, as nginx's limit_req)
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
 
 func fail(_ message: String) -> Never {
@@ -48,6 +50,11 @@ if let seconds = options["--token-lifetime"] {
 }
 configuration.unavailableFor = .seconds(Int(options["--unavailable-seconds"] ?? "0") ?? 0)
 if let retryAfter = options["--unavailable-retry-after"].flatMap(Int.init) { configuration.unavailableRetryAfter = .seconds(retryAfter) }
+if let rate = options["--quota-per-second"] {
+    guard let perSecond = Double(rate), perSecond > 0 else { fail("--quota-per-second must be a positive number, got \(rate)") }
+    guard let burst = Int(options["--quota-burst"] ?? "100"), burst >= 0 else { fail("--quota-burst must be a whole number") }
+    configuration.projectQuota = (perSecond, burst)
+}
 let emulator: FCMEmulator
 do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }
 if let seconds = options["--refuse-tokens-seconds"].flatMap(Int.init), seconds > 0 { emulator.refuseTokens(for: .seconds(seconds)) }

@@ -20,7 +20,10 @@ struct FCMSenderTests {
         let serviceAccountFile: String
     }
 
-    static func rig(trust: Bool = true, signingKey: String? = nil, tokenLifetime: Int = 3600,
+    /// `quotaPause`: the least pause after the project's QUOTA_EXCEEDED without Retry-After (FCM's 60 s; none here, so a
+    /// test waits only the gate's own backoff); `projectQuota`: the emulator's (nil: none).
+    static func rig(trust: Bool = true, signingKey: String? = nil, tokenLifetime: Int = 3600, maxInFlight: Int = 20,
+                    maxSendsPerSecond: Double? = nil, quotaPause: Duration = .zero, projectQuota: (rate: Double, burst: Int)? = nil,
                     now: @escaping @Sendable () -> Date = Date.init,
                     onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                     onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws -> Rig {
@@ -29,12 +32,14 @@ struct FCMSenderTests {
         var configuration = fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM)
         configuration.clientEmail = "worker@test-project.iam.gserviceaccount.com"
         configuration.tokenLifetime = tokenLifetime
+        configuration.projectQuota = projectQuota
         let emulator = try FCMEmulator(configuration: configuration)
         let file = try fixtures.serviceAccountFile(privateKeyPEM: signingKey ?? keys.privatePEM, tokenURI: emulator.tokenURI)
         let metrics = MetricsRegistry()
         let sender = try FCMSender(
             configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
-                                            http: HTTPClientConfiguration(maxInFlight: 20, caFile: trust ? fixtures.caFile : nil)),
+                                            http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: trust ? fixtures.caFile : nil),
+                                            maxSendsPerSecond: maxSendsPerSecond, quotaPause: quotaPause),
             logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics, now: now, onHealth: onHealth,
             onCredentials: onCredentials)
         return Rig(emulator: emulator, sender: sender, metrics: metrics, serviceAccountFile: file)
@@ -150,9 +155,13 @@ struct FCMSenderTests {
                                                                                       minimumBackoff: nil))
         }
         #expect(rig.metrics.value("fcm_send_paused") == 0)
+        // Nor does it change the send rate.
+        #expect(rig.sender.sendRateLimit == nil)
+        #expect(rig.metrics.value("fcm_quota_exceeded_total") == 0)
         guard case .sent = await rig.sender.send(Self.push("good-after-device-quota")) else { Issue.record("another device was held"); return }
         for index in 0..<8 { _ = await rig.sender.send(Self.push("projectquota-\(index)")) }
         #expect(rig.metrics.value("fcm_send_paused") == 1)
+        #expect(rig.metrics.value("fcm_quota_exceeded_total") == 8)
     }
 
     @Test func oneTokenFetch_servesManySends() async throws {

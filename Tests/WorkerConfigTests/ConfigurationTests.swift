@@ -27,6 +27,15 @@ struct ConfigurationTests {
         #expect(configuration.shutdownTimeout == .seconds(10))
         #expect(configuration.logLevel == .info)
         #expect(configuration.appStore == nil)
+        #expect(configuration.fcmMaxSendsPerSecond == nil)
+    }
+
+    @Test func fcmBudget_isReadAndShown() throws {
+        var environment = try Self.baseEnvironment()
+        environment["FCM_MAX_SENDS_PER_SECOND"] = "9500"
+        let configuration = try Configuration.load(from: environment)
+        #expect(configuration.fcmMaxSendsPerSecond == 9500)
+        #expect(configuration.redactedDescription.contains("FCM_MAX_SENDS_PER_SECOND=9500"))
     }
 
     @Test(arguments: [
@@ -45,6 +54,9 @@ struct ConfigurationTests {
         ("FCM_BASE_URL", "https://fcm.googleapis.com?x=1"),
         ("FCM_BASE_URL", "https://user:pw@fcm.googleapis.com"),
         ("TLS_CA_FILE", "/nonexistent/ca.pem"),
+        ("FCM_MAX_SENDS_PER_SECOND", "0"),
+        ("FCM_MAX_SENDS_PER_SECOND", "lots"),
+        ("FCM_MAX_SENDS_PER_SECOND", "1000001"),
         ("APPSTORE_ISSUER_ID", "only-this-one"),
     ])
     func badSetting_namesTheVariable(variable: String, value: String?) throws {
