@@ -54,6 +54,9 @@ package struct SenderMismatchBrake: Sendable {
     /// trip the brake again; a stale token answering afterwards is judged against fresh answers.
     package mutating func recovered() { entries.removeAll { $0.answer == .mismatch } }
 
+    /// The window is full of healthy answers: another healthy answer changes no verdict, so the owner may skip it.
+    package var isFullAndHealthy: Bool { entries.count == Self.windowSize && !entries.contains { $0.answer == .mismatch } }
+
     /// Mismatch and healthy entries in the window.
     package var counts: (mismatches: Int, healthy: Int) {
         let mismatches = entries.count { $0.answer == .mismatch }

@@ -6,6 +6,9 @@ import Synchronization
 /// from a project-fault verdict until sending resumes.
 final class SenderMismatchGuard: Sendable {
     private let brake = Mutex(SenderMismatchBrake())
+    /// The brake's window is full of healthy answers: a healthy answer is skipped without hashing its token or taking
+    /// the lock (the common case, once per send).
+    private let settled = Atomic<Bool>(false)
     private let fault: Gauge
     private let verdicts: [SenderMismatchBrake.Verdict: Counter]
 
@@ -23,14 +26,22 @@ final class SenderMismatchGuard: Sendable {
 
     /// A device answered in a way that proves the key belongs to its token's project.
     func healthy(token: String) {
+        guard !settled.load(ordering: .relaxed) else { return }
         let device = SenderMismatchBrake.device(token)
-        brake.withLock { $0.healthy(device: device) }
+        brake.withLock { brake in
+            brake.healthy(device: device)
+            // Under the lock, so it never outlives a mismatch recorded after it.
+            if brake.isFullAndHealthy { settled.store(true, ordering: .relaxed) }
+        }
     }
 
     /// A device answered SENDER_ID_MISMATCH: what to make of it.
     func mismatch(token: String) -> SenderMismatchBrake.Verdict {
         let device = SenderMismatchBrake.device(token)
-        let verdict = brake.withLock { $0.mismatch(device: device) }
+        let verdict = brake.withLock { brake in
+            settled.store(false, ordering: .relaxed)
+            return brake.mismatch(device: device)
+        }
         verdicts[verdict]?.increment()
         if verdict == .projectFault { fault.set(1) }
         return verdict
@@ -38,7 +49,10 @@ final class SenderMismatchGuard: Sendable {
 
     /// Sending resumed after a successful probe.
     func recovered() {
-        brake.withLock { $0.recovered() }
+        brake.withLock { brake in
+            brake.recovered()
+            settled.store(brake.isFullAndHealthy, ordering: .relaxed)
+        }
         fault.set(0)
     }
 }

@@ -81,6 +81,20 @@ struct SenderMismatchBrakeTests {
     }
 
     /// A device answering again replaces its own entry: one device cannot outvote the fleet.
+    @Test func fullAndHealthy_onlyWhenTwentyDistinctDevicesAnsweredHealthy_andNoMismatchRemains() {
+        var brake = SenderMismatchBrake()
+        for device in 0..<19 { brake.healthy(device: device) }
+        #expect(!brake.isFullAndHealthy)  // 19 devices
+        brake.healthy(device: 5)
+        #expect(!brake.isFullAndHealthy)  // the same device again
+        brake.healthy(device: 19)
+        #expect(brake.isFullAndHealthy)
+        _ = brake.mismatch(device: 100)
+        #expect(!brake.isFullAndHealthy)  // a mismatch in the window: healthy answers must be recorded again
+        brake.healthy(device: 100)
+        #expect(brake.isFullAndHealthy)
+    }
+
     @Test func oneDeviceAnsweringAgain_countsOnce() {
         #expect(Self.run(Array(repeating: .mismatch("same"), count: 10)).allSatisfy { $0 == .undecided })
         var brake = SenderMismatchBrake()
