@@ -6,7 +6,7 @@ extension Duration {
     }
 }
 
-/// A token bucket: `rate` tokens a second, at most `burst` kept. A value; its owner (`SendGate`) serialises it and
+/// A token bucket: `rate` tokens a second, at most `burst` kept. A value; its owner (`SendGateStateMachine`) serialises it and
 /// holds a send whose `take` answered a wait.
 package struct TokenBucket: Sendable, Equatable {
     /// Tokens added per second (> 0).
@@ -107,7 +107,7 @@ package struct SendRateMeter: Sendable, Equatable {
 /// The send-rate cap this instance applies (SPEC §3 "FCM's project quota"): its share of `FCM_MAX_SENDS_PER_SECOND`,
 /// and below it an adaptive cap after FCM answered the project's QUOTA_EXCEEDED — multiplicative decrease to a rate
 /// below the one that hit the quota, additive increase for every second without one. A value: every input is a
-/// method, `cap` is the answer; `SendGate` owns it.
+/// method, `cap` is the answer; `SendGateStateMachine` owns it.
 package struct SendRateLimit: Sendable, Equatable {
     /// The rate after a quota 429 is this fraction of the rate that hit the quota.
     package static let decrease = 0.7
