@@ -14,9 +14,11 @@ struct CompleterTests {
     static func lingeringCompleter(starved: Bool) -> Completer {
         var configuration = DeliveryEngineConfiguration()
         configuration.completerFlushDelay = .seconds(3600)
-        return Completer(store: OutboxStore(client: PostgresClient(conninfo: "host=/nonexistent")), configuration: configuration,
-                         metrics: PipelineMetrics(MetricsRegistry()), logger: Logger(label: "completer", sink: MemorySink()),
-                         stop: StopSignal(), turn: WriteTurn(), isStarved: { starved }, onSettled: {})
+        let completer = Completer(store: OutboxStore(client: PostgresClient(conninfo: "host=/nonexistent")), configuration: configuration,
+                                  metrics: PipelineMetrics(MetricsRegistry()), logger: Logger(label: "completer", sink: MemorySink()),
+                                  stop: StopSignal(), turn: WriteTurn())
+        completer.setStarved(starved)
+        return completer
     }
 
     /// Waits (at most a minute: only a broken build waits that long) until `condition` holds.
@@ -35,7 +37,9 @@ struct CompleterTests {
     }
 
     /// What a writer reported written, in order.
-    final class Receipts: Sendable {
+    final class Receipts: WrittenReceipts {
+        func written(_ receipt: EngineStateMachine.Receipt) async { append(receipt) }
+
         private let items = Mutex<[EngineStateMachine.Receipt]>([])
         func append(_ receipt: EngineStateMachine.Receipt) { items.withLock { $0.append(receipt) } }
         var all: [EngineStateMachine.Receipt] { items.withLock { $0 } }
@@ -45,7 +49,7 @@ struct CompleterTests {
     static func parkedWriter(starved: Bool) async throws -> (Completer, Task<Void, Never>, Receipts) {
         let completer = lingeringCompleter(starved: starved)
         let receipts = Receipts()
-        let writer = Task { await completer.run(written: { receipts.append($0) }) }
+        let writer = Task { await completer.run(reportingTo: receipts) }
         try await eventually { completer.isParked }
         #expect(completer.isParked)
         return (completer, writer, receipts)

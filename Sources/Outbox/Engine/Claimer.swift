@@ -3,23 +3,30 @@ import Logging
 import Postgres
 import Push
 
-/// Claims due events, validates them, fans them out to devices and queues their sends. A statement
-/// that fails for a group of events is retried one event at a time, so one bad row goes DEAD with
-/// the reason and the others go on.
+/// Claims due events, validates them and fans them out to devices; returns the groups to send and the events
+/// finished without sending, for the engine loop. A statement that fails for a group of events is retried one event
+/// at a time, so one bad row goes DEAD with the reason and the others go on.
 struct Claimer: Sendable {
     let store: OutboxStore
-    let dispatcher: Dispatcher
-    let completer: Completer
     let configuration: DeliveryEngineConfiguration
     let logger: Logger
 
-    /// Claims up to `limit` events and takes each as far as the send queue. Returns how many were claimed.
-    func claim(limit: Int) async throws -> Int {
+    /// What one claim took: the groups to send (one per eventKey), the events finished without sending (too old, bad
+    /// input), and how many events it claimed.
+    struct Claim: Sendable {
+        var groups: [EngineLoop.Claimed] = []
+        var finished: [FinishedEvent] = []
+        var count = 0
+    }
+
+    /// Claims up to `limit` events and takes each as far as its sends.
+    func claim(limit: Int) async throws -> Claim {
         // The leases this claim takes lapse LEASE_SECONDS after the statement was sent, by this process's clock.
         let leaseDeadline = ContinuousClock.now + configuration.lease
         let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease,
                                             maxAge: configuration.eventMaxAge)
-        guard !claimed.isEmpty else { return 0 }
+        guard !claimed.isEmpty else { return Claim() }
+        var result = Claim(count: claimed.count)
         var finished: [FinishedEvent] = []
         var valid: [(claim: ClaimedEvent, event: DoseTakenEvent)] = []
         valid.reserveCapacity(claimed.count)
@@ -41,15 +48,15 @@ struct Claimer: Sendable {
             }
         }
         do {
-            try await fanOut(valid, leaseDeadline: leaseDeadline, finished: &finished)
+            result.groups = try await fanOut(valid, leaseDeadline: leaseDeadline, finished: &finished)
         } catch {
             // The database went away mid-claim: give the events back (due again at once) if it is reachable, else
             // their leases expire by themselves.
             try? await store.release(events: claimed.map { ($0.id, $0.lease) }, deliveries: [])
             throw error
         }
-        completer.finish(finished)
-        return claimed.count
+        result.finished = finished
+        return result
     }
 
     private func dead(_ claim: ClaimedEvent, _ reason: String) -> FinishedEvent {
@@ -59,20 +66,21 @@ struct Claimer: Sendable {
 
     /// Fans out the valid events, isolating a statement failure to the event that causes it.
     private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], leaseDeadline: ContinuousClock.Instant,
-                        finished: inout [FinishedEvent]) async throws {
-        guard let token = valid.first?.claim.lease else { return }
+                        finished: inout [FinishedEvent]) async throws -> [EngineLoop.Claimed] {
+        guard let token = valid.first?.claim.lease else { return [] }
+        var groups: [EngineLoop.Claimed] = []
         let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId,
                                                                   attempts: $0.claim.attempts) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
-            start(valid, result, leaseDeadline: leaseDeadline)
+            groups += self.groups(valid, result, leaseDeadline: leaseDeadline)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
             logger.notice("fan-out failed for a group of events; retrying them one at a time",
                           metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
             for (index, item) in valid.enumerated() {
                 do {
                     let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
-                    start([item], result, leaseDeadline: leaseDeadline)
+                    groups += self.groups([item], result, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
                     finished.append(dead(item.claim, Self.reason(error)))
                 }
@@ -80,6 +88,7 @@ struct Claimer: Sendable {
         } catch let error as PostgresError where !error.isConnectionError {
             finished.append(dead(valid[0].claim, Self.reason(error)))
         }
+        return groups
     }
 
     /// `"fan-out refused by the database: SQLSTATE 54000: index row size … exceeds …"`.
@@ -87,9 +96,9 @@ struct Claimer: Sendable {
         "fan-out refused by the database: SQLSTATE \(error.sqlState ?? "?"): \(error.message.prefix(300))"
     }
 
-    /// Opens one group per eventKey and queues its sends.
-    private func start(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery],
-                       leaseDeadline: ContinuousClock.Instant) {
+    /// One group per eventKey with its sends.
+    private func groups(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery],
+                        leaseDeadline: ContinuousClock.Instant) -> [EngineLoop.Claimed] {
         var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
         var order: [String] = []
         for item in valid {
@@ -99,25 +108,26 @@ struct Claimer: Sendable {
         var deliveriesByKey: [String: [ClaimedDelivery]] = [:]
         for delivery in fanOut { deliveriesByKey[delivery.eventKey, default: []].append(delivery) }
 
-        var sends: [PendingSend] = []
-        sends.reserveCapacity(fanOut.count)
+        var result: [EngineLoop.Claimed] = []
+        result.reserveCapacity(order.count)
         for key in order {
             let members = groups[key]!
             let deliveries = deliveriesByKey[key] ?? []
-            let id = dispatcher.open(events: members.map(\.claim), eventKey: key, deliveries: deliveries, leaseDeadline: leaseDeadline)
-            guard !deliveries.isEmpty else { continue }
-            let event = members[0].event
-            let name = members[0].claim.displayName ?? ""
-            // The same on every retry: the row's creation, not the claim, decides when the push goes stale.
-            let createdAt = members.compactMap(\.claim.createdAt).min()
-            let expiration = createdAt.map { Int64(($0.timeIntervalSince1970 + configuration.eventMaxAge.asSeconds).rounded(.down)) }
-            for delivery in deliveries {
-                sends.append(PendingSend(group: id, delivery: delivery, push: DoseTakenPush(
-                    token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name, date: event.date,
-                    slot: event.slot, recordingGroupId: event.recordingGroupId, withinTime: event.withinTime,
-                    expiration: expiration), createdAt: createdAt))
+            var group = EngineLoop.Claimed(events: members.map(\.claim), eventKey: key, leaseDeadline: leaseDeadline, sends: [])
+            if !deliveries.isEmpty {
+                let event = members[0].event
+                let name = members[0].claim.displayName ?? ""
+                // The same on every retry: the row's creation, not the claim, decides when the push goes stale.
+                let createdAt = members.compactMap(\.claim.createdAt).min()
+                let expiration = createdAt.map { Int64(($0.timeIntervalSince1970 + configuration.eventMaxAge.asSeconds).rounded(.down)) }
+                group.sends = deliveries.map { delivery in
+                    (delivery, DoseTakenPush(token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name,
+                                             date: event.date, slot: event.slot, recordingGroupId: event.recordingGroupId,
+                                             withinTime: event.withinTime, expiration: expiration), createdAt)
+                }
             }
+            result.append(group)
         }
-        dispatcher.enqueue(sends)
+        return result
     }
 }

@@ -12,6 +12,13 @@ import Timekeeping
 /// waiting for the slots its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
 /// answered delivery holds a send slot until its flush is over, so the buffer never outgrows `MAX_IN_FLIGHT`
 /// outcomes plus the settlements and releases that go with them.
+/// Whoever frees the slots a write's deliveries held: the engine loop (tests: a recorder).
+protocol WrittenReceipts: Sendable {
+    func written(_ receipt: EngineStateMachine.Receipt) async
+}
+
+extension EngineLoop: WrittenReceipts {}
+
 final class Completer: Sendable {
     /// One buffered write and what it confirms to the engine's books once written.
     struct Entry: Sendable {
@@ -54,19 +61,19 @@ final class Completer: Sendable {
     private let stop: StopSignal
     /// Failed attempts after which a write is given up while running (nil: only at the stop deadline).
     private let maxWriteAttempts: Int?
-    private let onSettled: @Sendable () -> Void
+    /// Woken when a write settled events (a claimer may find their retries or the next events due).
+    private let settled: WakeSignal
     /// Shared with the heartbeat: one of them writes at a time.
     private let turn: WriteTurn
     private let state = Mutex(State())
     /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
     private let eagerCount: Int
-    /// Whether sends are queued behind full slots (the books' `isStarved`): then the writer never lingers.
-    private let isStarved: @Sendable () -> Bool
+    /// Sends are queued behind full slots (the engine loop's `isStarved`, published after every transition): then the
+    /// writer never lingers.
+    private let starved = Atomic<Bool>(false)
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, isStarved: @escaping @Sendable () -> Bool = { false },
-         onSettled: @escaping @Sendable () -> Void) {
-        self.isStarved = isStarved
+         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, settled: WakeSignal = WakeSignal()) {
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
@@ -74,16 +81,20 @@ final class Completer: Sendable {
         self.stop = stop
         self.maxWriteAttempts = maxWriteAttempts
         self.turn = turn
-        self.onSettled = onSettled
+        self.settled = settled
         eagerCount = max(1, min(configuration.completerFlushCount, configuration.maxInFlight / 2))
     }
 
 
     // MARK: Producers
 
-    /// Buffers the writes among a transition's actions, in their order. Called while the engine's books are
-    /// locked, so an event's settlement is always buffered after the outcomes of its deliveries.
-    func accept(_ actions: [EngineStateMachine.Action]) {
+    /// Whether sends wait for the slots the buffered outcomes hold (the engine loop says so after every transition).
+    func setStarved(_ value: Bool) { starved.store(value, ordering: .relaxed) }
+
+    /// Buffers the writes among a transition's actions, in their order (the engine loop hands them over in the order
+    /// its machine returned them, so an event's settlement is always buffered after the outcomes of its deliveries).
+    func accept(_ actions: [EngineStateMachine.Action], starved: Bool? = nil) {
+        if let starved { setStarved(starved) }
         var entries: [Entry] = []
         for action in actions {
             switch action {
@@ -180,14 +191,14 @@ final class Completer: Sendable {
     /// or given up at the stop deadline), which frees the slots its deliveries held. Lingers
     /// `completerFlushDelay` only when the first item arrives at an idle writer, less than a batch is there, and
     /// no send is waiting for a slot.
-    func run(written: @Sendable (EngineStateMachine.Receipt) -> Void) async {
+    func run(reportingTo engine: some WrittenReceipts) async {
         while true {
             guard let parked = await waitForItems() else { return }
             let eager = state.withLock { $0.buffered >= eagerCount || $0.closed }
             // Lingering gathers a larger batch only while it costs nobody: when sends are waiting for the slots
             // these outcomes hold, every moment of it is a moment of sending lost, so the write starts at once
             // (and under a backlog the batch is what answered during the last write).
-            if parked && !eager && !isStarved() { try? await Task.sleep(for: configuration.completerFlushDelay) }
+            if parked && !eager && !starved.load(ordering: .relaxed) { try? await Task.sleep(for: configuration.completerFlushDelay) }
             let entries = state.withLock { $0.take(upTo: configuration.completerFlushCount) }
             var batch = OutboxStore.Completion()
             var receipt = EngineStateMachine.Receipt()
@@ -200,7 +211,7 @@ final class Completer: Sendable {
             let started = ContinuousClock.now
             await turn.run { await write(batch, disableReasons: reasons) }
             metrics.flushed(seconds: (ContinuousClock.now - started).asSeconds)
-            written(receipt)
+            await engine.written(receipt)
         }
     }
 
@@ -283,6 +294,6 @@ final class Completer: Sendable {
             metrics.eventFinished(status)
             if status == .dead { logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"]) }
         }
-        if !summary.eventStatuses.isEmpty { onSettled() }
+        if !summary.eventStatuses.isEmpty { settled.wake() }
     }
 }

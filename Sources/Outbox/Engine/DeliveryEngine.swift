@@ -76,34 +76,35 @@ public final class DeliveryEngine: Service {
         await runStages(untilIdle: true, stop: StopSignal())
     }
 
+    /// The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
+    /// renew and tells it what it renewed or lost; the loop starts the sends. Returns the events claimed.
     private func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
-        let book = EngineBook(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor,
-                              unwrittenGauge: metrics.unwritten)
-        let wake = self.wake
         let turn = WriteTurn()
-        let completer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
-                                  maxWriteAttempts: untilIdle ? 40 : nil, isStarved: { book.isStarved }, onSettled: { wake.wake() })
-        let dispatcher = Dispatcher(book: book, completer: completer, sender: sender, stop: stop, margin: configuration.lease / 3,
-                                    onProgress: onProgress)
-        let claimer = Claimer(store: store, dispatcher: dispatcher, completer: completer, configuration: configuration, logger: logger)
-        let heartbeat = LeaseHeartbeat(store: store, book: book, turn: turn, configuration: configuration, logger: logger)
-        let finished = WakeSignal()
+        let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
+                               maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
+        let machine = EngineStateMachine(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
+        let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
+                                unwrittenGauge: metrics.unwritten, onProgress: onProgress)
+        let claimer = Claimer(store: store, configuration: configuration, logger: logger)
+        let heartbeat = LeaseHeartbeat(store: store, engine: engine, turn: turn, configuration: configuration, logger: logger)
+        // The heartbeat keeps leases until the writer has written the last outcome, so it stops after the writer.
+        let heartbeatStop = StopSignal()
 
-        async let written: Void = completer.run(written: { dispatcher.written($0) })
-        async let heartbeats: Void = heartbeat.run(pause: { await finished.wait(after: 0, timeout: $0) },
-                                                   isStopped: { finished.current > 0 })
+        async let written: Void = writer.run(reportingTo: engine)
+        async let heartbeats: Void = heartbeat.run(until: heartbeatStop)
         let claimers = max(1, configuration.claimers)
         let claimed = await withTaskGroup(of: Int?.self) { loops in
-            // A stop wakes the claimers at once; the dispatcher checks it before every send.
+            // A stop wakes the claimers (and their waits for room) at once; the loop checks it before every send.
             loops.addTask {
                 await stop.wait()
-                if stop.isRequested { wake.wakeAll() }
+                if stop.isRequested {
+                    await engine.stop()
+                    self.wake.wakeAll()
+                }
                 return nil
             }
             for _ in 0..<claimers {
-                loops.addTask {
-                    await self.claimLoop(claimer, book: book, untilIdle: untilIdle, isStopped: { stop.isRequested })
-                }
+                loops.addTask { await self.claimLoop(claimer, engine: engine, untilIdle: untilIdle, stop: stop) }
             }
             var total = 0
             var running = claimers
@@ -118,17 +119,17 @@ public final class DeliveryEngine: Service {
         // Stop: nothing new is sent (queued work is released); sends in flight are awaited until the deadline, then
         // cancelled (their outcome is unknown: their deliveries keep their lease, FCM may have them). Every answered
         // outcome is written before the writer returns; the heartbeat keeps their leases until then.
-        dispatcher.pump()
+        await engine.stop()
         sender.cancelWaiting()
-        await book.waitUntilNoSends(deadline: stop.deadline ?? .now)
-        if book.sending > 0 {
-            dispatcher.abandonInFlight()
-            await book.waitUntilNoSends(deadline: .now + .seconds(2))
+        await engine.waitUntilNoSends(deadline: stop.deadline ?? .now)
+        if await engine.sending > 0 {
+            await engine.abandonInFlight()
+            await engine.waitUntilNoSends(deadline: .now + .seconds(2))
         }
-        dispatcher.abandonRemaining()
-        completer.close()
+        await engine.abandonRemaining()
+        writer.close()
         await written
-        finished.wakeAll()
+        heartbeatStop.request(grace: .zero)
         await heartbeats
         return claimed
     }
@@ -137,27 +138,28 @@ public final class DeliveryEngine: Service {
     static let claimBackoff = Backoff(base: .milliseconds(200), cap: .seconds(5))
 
     /// Claims whenever there is room, woken by NOTIFY, freed capacity, settled events and the poll.
-    private func claimLoop(_ claimer: Claimer, book: EngineBook, untilIdle: Bool,
-                           isStopped: @Sendable () -> Bool) async -> Int {
+    private func claimLoop(_ claimer: Claimer, engine: EngineLoop, untilIdle: Bool, stop: StopSignal) async -> Int {
         var total = 0
         var failures = 0
         while true {
             // Read before the stop check: a wake-up (a stop among them) that lands while this pass runs is never missed.
             let seen = wake.current
-            if isStopped() { break }
+            if stop.isRequested { break }
             onProgress()
             // Room for a batch (at most half the high-water mark), so a backlog is claimed in full batches.
-            await book.waitForRoom(min(configuration.batchSize, book.highWater / 2))
-            if isStopped() { break }
-            let limit = min(configuration.batchSize, max(1, book.highWater - book.load))
+            let highWater = await engine.highWater
+            await engine.waitForRoom(min(configuration.batchSize, highWater / 2))
+            if stop.isRequested { break }
+            let limit = min(configuration.batchSize, max(1, highWater - (await engine.load)))
             do {
-                let claimed = try await claimer.claim(limit: limit)
-                total += claimed
+                let claim = try await claimer.claim(limit: limit)
+                if claim.count > 0 { await engine.claimed(claim.groups, finished: claim.finished) }
+                total += claim.count
                 failures = 0
-                if claimed == limit { continue }
+                if claim.count == limit { continue }
                 if untilIdle {
-                    if claimed == 0 && book.groupCount == 0 { break }
-                    await book.waitUntilIdle()
+                    if claim.count == 0, await engine.groupCount == 0 { break }
+                    await engine.waitUntilIdle()
                     continue
                 }
                 await wake.wait(after: seen, timeout: configuration.pollInterval)

@@ -1,0 +1,232 @@
+import FoundationEssentials
+import Lifecycle
+import Metrics
+import Push
+import Synchronization
+
+/// The engine's one event loop (STYLE "State machines and their owner"): the only owner of `EngineStateMachine`, an
+/// actor on a serial queue of its own. Stages send it events — claimed, answered, written, leases renewed or lost,
+/// stop — and it carries out the actions the machine returns: sends start, outcomes and settlements go to the
+/// writer, waiting claimers wake. No lock guards the machine (one owner), nothing re-enters it (an action runs after
+/// the transition that returned it; an answer that arrives while a send is being started waits in the mailbox).
+///
+/// Answers are the hot path: they arrive on the HTTP driver thread, go into a mailbox, and the loop takes them in
+/// batches (one wake-up of the loop per batch, not per answer, and no task per answer).
+actor EngineLoop {
+    /// A claimed group on its way in: its events, their key, the leases' deadline, and its sends (their group is
+    /// assigned here).
+    struct Claimed: Sendable {
+        var events: [ClaimedEvent]
+        var eventKey: String
+        var leaseDeadline: ContinuousClock.Instant
+        var sends: [(delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date?)]
+        var deliveries: [ClaimedDelivery] { sends.map(\.delivery) }
+    }
+
+    private struct Mailbox {
+        var answers: [(PendingSend, SendOutcome)] = []
+        /// A drain of the mailbox is queued on the loop.
+        var scheduled = false
+    }
+
+    nonisolated let executor: SerialQueueExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    private var machine: EngineStateMachine
+    private let sender: any PushSender
+    private let writer: Completer
+    private let stopSignal: StopSignal
+    /// No send starts within this of its lease lapsing (a third of `LEASE_SECONDS`).
+    private let margin: Duration
+    private let unwrittenGauge: Gauge?
+    private let onProgress: @Sendable () -> Void
+    private nonisolated let mailbox = Mutex(Mailbox())
+
+    /// Claimers waiting for room, each with the room it waits for.
+    private var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// A stop waiting for the sends in flight to be answered, by id (its deadline may take it back first).
+    private var quietWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var nextQuietWaiter: UInt64 = 0
+    /// The stop deadline passed and in-flight sends were cancelled: their answers are abandoned, not written.
+    private var abandoning = false
+
+    init(machine: EngineStateMachine, sender: any PushSender, writer: Completer, stop: StopSignal, margin: Duration,
+         unwrittenGauge: Gauge?, onProgress: @escaping @Sendable () -> Void) {
+        executor = SerialQueueExecutor(label: "outbox.engine")
+        self.machine = machine
+        self.sender = sender
+        self.writer = writer
+        stopSignal = stop
+        self.margin = margin
+        self.unwrittenGauge = unwrittenGauge
+        self.onProgress = onProgress
+    }
+
+    // MARK: Events
+
+    /// A claim's groups: each is opened (one without deliveries ends at once) and its sends queued and started.
+    func claimed(_ groups: [Claimed], finished: [FinishedEvent]) {
+        writer.finish(finished)
+        var actions: [EngineStateMachine.Action] = []
+        for group in groups {
+            let (id, opened) = machine.open(events: group.events, eventKey: group.eventKey, deliveries: group.deliveries,
+                                            leaseDeadline: group.leaseDeadline)
+            actions += opened
+            guard !group.sends.isEmpty else { continue }
+            actions += machine.enqueue(group.sends.map { PendingSend(group: id, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
+        }
+        perform(actions)
+        pump()
+    }
+
+    /// FCM answered a send (any thread, possibly before `sender.start` returned): into the mailbox.
+    nonisolated func answered(_ send: PendingSend, _ outcome: SendOutcome) {
+        let schedule = mailbox.withLock { mailbox -> Bool in
+            mailbox.answers.append((send, outcome))
+            defer { mailbox.scheduled = true }
+            return !mailbox.scheduled
+        }
+        guard schedule else { return }
+        executor.queue.async { self.assumeIsolated { $0.drainMailbox() } }
+    }
+
+    /// A write is over: its deliveries free their slots, so more sends may start.
+    func written(_ receipt: EngineStateMachine.Receipt) {
+        machine.written(receipt)
+        pump()
+    }
+
+    /// The leases the heartbeat must extend: every held event and every delivery not yet written.
+    func heldLeases() -> (events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) {
+        machine.heldLeases()
+    }
+
+    /// The heartbeat's answer: what it renewed (and from when), what it found taken over. Returns the groups newly lost.
+    func leases(renewed kept: Set<EngineStateMachine.Held>, deadline: ContinuousClock.Instant,
+                lost lostEvents: Set<EngineStateMachine.Held>, lostDeliveries: Set<EngineStateMachine.Held>) -> Int {
+        machine.renewed(events: kept, deadline: deadline)
+        guard !lostEvents.isEmpty || !lostDeliveries.isEmpty else { return 0 }
+        let lost = machine.markLost(events: lostEvents, deliveries: lostDeliveries)
+        pump()
+        return lost
+    }
+
+    /// Stop: nothing new starts; queued sends are released (their groups end once nothing of them is in flight).
+    func stop() {
+        if !machine.stopped { perform(machine.stop()) }
+        settle()
+    }
+
+    /// The stop deadline passed: sends still in flight are cancelled and their outcome treated as unknown.
+    func abandonInFlight() {
+        abandoning = true
+        sender.cancelInFlight()
+    }
+
+    /// The abandoned sends' grace is over: every group not yet ended ends as abandoned.
+    func abandonRemaining() {
+        perform(machine.abandonRemaining())
+        settle()
+    }
+
+    // MARK: Waits
+
+    /// Returns when queued + sending + unwritten leaves at least `room` below the high-water mark (or on stop). Waiting
+    /// for a batch's worth, rather than any room, keeps claims full-sized under a backlog.
+    func waitForRoom(_ room: Int) async {
+        guard !machine.hasRoom(room) else { return }
+        await withCheckedContinuation { roomWaiters.append((room, $0)) }
+    }
+
+    /// Returns once nothing is held.
+    func waitUntilIdle() async {
+        guard !machine.isIdle else { return }
+        await withCheckedContinuation { idleWaiters.append($0) }
+    }
+
+    /// Returns once no send is in flight, or at `deadline`, whichever comes first.
+    func waitUntilNoSends(deadline: ContinuousClock.Instant) async {
+        guard machine.sending > 0 else { return }
+        nextQuietWaiter &+= 1
+        let id = nextQuietWaiter
+        let timer = Task {
+            try? await Task.sleep(until: deadline)
+            self.quietDeadline(id)
+        }
+        await withCheckedContinuation { quietWaiters[id] = $0 }
+        timer.cancel()
+    }
+
+    private func quietDeadline(_ id: UInt64) { quietWaiters.removeValue(forKey: id)?.resume() }
+
+    /// The claimers' view: the high-water mark, the load, the groups held.
+    var highWater: Int { machine.highWater }
+    var load: Int { machine.load }
+    var groupCount: Int { machine.groups.count }
+    var sending: Int { machine.sending }
+
+    // MARK: Carrying out
+
+    private func drainMailbox() {
+        while true {
+            let answers = mailbox.withLock { mailbox -> [(PendingSend, SendOutcome)] in
+                if mailbox.answers.isEmpty { mailbox.scheduled = false }
+                defer { mailbox.answers.removeAll(keepingCapacity: true) }
+                return mailbox.answers
+            }
+            guard !answers.isEmpty else { return }
+            var actions: [EngineStateMachine.Action] = []
+            for (send, outcome) in answers {
+                writer.report(send, outcome)
+                actions += machine.answered(send, outcome, abandoning: abandoning)
+            }
+            perform(actions)
+            onProgress()
+            pump()
+        }
+    }
+
+    /// Starts queued sends while slots are free (and, once a stop is requested, releases the queue instead).
+    private func pump() {
+        if stopSignal.isRequested && !machine.stopped { perform(machine.stop()) }
+        perform(machine.next(now: .now, margin: margin))
+        settle()
+    }
+
+    /// Hands the writes to the writer in the machine's order, then starts the sends.
+    private func perform(_ actions: [EngineStateMachine.Action]) {
+        guard !actions.isEmpty else { return }
+        writer.accept(actions, starved: machine.isStarved)
+        for case .send(let send) in actions {
+            sender.start(send.push) { [self] outcome in answered(send, outcome) }
+        }
+    }
+
+    /// After a transition: wakes whoever it made ready, tells the writer whether sends wait for its slots, publishes
+    /// the unwritten count.
+    private func settle() {
+        writer.setStarved(machine.isStarved)
+        unwrittenGauge?.set(Double(machine.unwritten))
+        if !roomWaiters.isEmpty {
+            let machine = machine
+            var ready: [CheckedContinuation<Void, Never>] = []
+            roomWaiters.removeAll { waiter in
+                guard machine.hasRoom(waiter.room) else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            for waiter in ready { waiter.resume() }
+        }
+        if machine.isIdle, !idleWaiters.isEmpty {
+            let ready = idleWaiters
+            idleWaiters.removeAll()
+            for waiter in ready { waiter.resume() }
+        }
+        if machine.sending == 0, !quietWaiters.isEmpty {
+            let ready = quietWaiters.values
+            quietWaiters.removeAll()
+            for waiter in ready { waiter.resume() }
+        }
+    }
+}
