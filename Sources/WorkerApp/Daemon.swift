@@ -100,6 +100,9 @@ struct Supervisor {
         var engineConfiguration = DeliveryEngineConfiguration()
         engineConfiguration.batchSize = configuration.batchSize
         engineConfiguration.maxInFlight = configuration.maxInFlight
+        // MAX_IN_FLIGHT sends stay in flight while the previous ones' outcomes are written (a write no longer stalls
+        // sending); what a kill -9 can re-send stays within 2 × MAX_IN_FLIGHT (SPEC §3).
+        engineConfiguration.outcomeCapacityFactor = 2
         engineConfiguration.pollInterval = configuration.pollInterval
         engineConfiguration.lease = configuration.leaseDuration
         engineConfiguration.maxAttempts = configuration.maxAttempts

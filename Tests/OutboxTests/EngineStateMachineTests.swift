@@ -183,6 +183,29 @@ struct EngineStateMachineTests {
         #expect(machine.load == 0)
     }
 
+    @Test func capacity_boundsInFlightBySlots_andInFlightPlusUnwrittenByCapacity() {
+        var machine = Machine(slots: 2, highWater: 30, capacity: 4)
+        for event in 0..<4 {
+            let (_, sends) = Self.claim(&machine, key: "doseTaken:c\(event)", eventId: Int64(event), devices: 2)
+            _ = machine.enqueue(sends)
+        }
+        var pending = Self.started(&machine)
+        #expect(pending.count == 2)  // the slots, not the capacity, bound what is in flight
+        var toWrite: [Machine.Action] = []
+        for _ in 0..<2 { toWrite += machine.answered(pending.removeLast(), .sent(messageName: "m")) }
+        #expect(machine.unwritten == 2)
+        pending += Self.started(&machine)
+        #expect(pending.count == 2)  // two more start while the first two outcomes wait for their write
+        #expect(machine.sending + machine.unwritten == 4)
+        #expect(machine.isStarved)  // sends queued, capacity held, two of it by unwritten outcomes
+        for _ in 0..<2 { toWrite += machine.answered(pending.removeLast(), .sent(messageName: "m")) }
+        #expect(Self.started(&machine).isEmpty)  // capacity held by four unwritten outcomes: nothing starts
+        #expect(machine.isStarved)
+        machine.written(Self.receipt(toWrite))
+        #expect(machine.unwritten == 0)
+        #expect(Self.started(&machine).count == 2)
+    }
+
     @Test func lostEventLease_dropsItsQueuedSends_andItsEndWritesNothing() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 3)

@@ -12,6 +12,10 @@ public struct DeliveryEngineConfiguration: Sendable {
     public var batchSize = 100
     /// Sends in flight at once (`MAX_IN_FLIGHT`).
     public var maxInFlight = 100
+    /// Sends in flight plus answered-but-unwritten outcomes, as a multiple of `maxInFlight` (≥ 1). At 1 a send's slot
+    /// frees only once its outcome is written; at 2 (the daemon's setting) `maxInFlight` sends stay in flight while the
+    /// last ones' outcomes are written, and a `kill -9` re-sends at most 2 × `maxInFlight`, as SPEC §3 allows.
+    public var outcomeCapacityFactor = 1
     /// The claimer claims while queued + in-flight deliveries are below `maxInFlight × highWaterFactor`.
     public var highWaterFactor = 4
     /// Claim loops running side by side, so one claim's round trips overlap another's.
@@ -82,7 +86,8 @@ public final class DeliveryEngine: Service {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
-        let machine = EngineStateMachine(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor)
+        let machine = EngineStateMachine(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor,
+                                         capacity: configuration.maxInFlight * max(1, configuration.outcomeCapacityFactor))
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, onProgress: onProgress)
         let claimer = Claimer(store: store, configuration: configuration, logger: logger)

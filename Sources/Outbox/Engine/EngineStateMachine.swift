@@ -77,8 +77,11 @@ struct EngineStateMachine: Sendable {
         }
     }
 
-    /// Sends that may be in flight or answered-unwritten at once (`MAX_IN_FLIGHT`).
+    /// Sends that may be in flight at once (`MAX_IN_FLIGHT`).
     let slots: Int
+    /// Sends that may be in flight or answered-unwritten at once (at least `slots`): a send's place in it frees only
+    /// once its outcome is written, so this bounds what a `kill -9` can re-send.
+    let capacity: Int
     /// Claims are made only while queued + sending + unwritten stays at or below this.
     let highWater: Int
 
@@ -92,17 +95,18 @@ struct EngineStateMachine: Sendable {
     private(set) var stopped = false
     private var nextGroup = 0
 
-    init(slots: Int, highWater: Int) {
+    init(slots: Int, highWater: Int, capacity: Int? = nil) {
         self.slots = max(1, slots)
-        self.highWater = max(self.slots, highWater)
+        self.capacity = max(self.slots, capacity ?? slots)
+        self.highWater = max(self.capacity, highWater)
     }
 
     /// Deliveries queued and not yet started.
     var queued: Int { queue.count - head }
     /// What counts against the high-water mark: queued, sending and answered-unwritten deliveries.
     var load: Int { queued + sending + unwritten }
-    /// Sends are queued and every slot is held: only a written outcome lets the next one start.
-    var isStarved: Bool { queued > 0 && sending + unwritten >= slots }
+    /// Sends are queued and the capacity is held by unwritten outcomes: only a written outcome lets the next one start.
+    var isStarved: Bool { queued > 0 && sending + unwritten >= capacity }
     /// Nothing held: no group between claim and its written end.
     var isIdle: Bool { groups.isEmpty }
 
@@ -144,7 +148,7 @@ struct EngineStateMachine: Sendable {
     /// the work over; their group may end with it). Empty when nothing is queued, no slot is free, or stopped.
     mutating func next(now: ContinuousClock.Instant = .now, margin: Duration = .zero) -> [Action] {
         var actions: [Action] = []
-        while !stopped, sending + unwritten < slots, let send = popFirst() {
+        while !stopped, sending < slots, sending + unwritten < capacity, let send = popFirst() {
             // Taken out while changed, so the group's dictionary is changed in place (never copied).
             guard var group = groups.removeValue(forKey: send.group) else { continue }
             guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .queued else {
