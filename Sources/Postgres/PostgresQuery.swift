@@ -42,6 +42,9 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: String?) { appendInterpolation(PostgresValue.optional(value)) }
         public mutating func appendInterpolation(_ value: Int) { appendInterpolation(PostgresValue.int(value)) }
         public mutating func appendInterpolation(_ value: Int64) { appendInterpolation(PostgresValue.int(value)) }
+        public mutating func appendInterpolation(_ value: Int?) { appendInterpolation(value.map { PostgresValue.int(Int64($0)) } ?? .null) }
+        public mutating func appendInterpolation(_ value: Int64?) { appendInterpolation(value.map(PostgresValue.int) ?? .null) }
+        public mutating func appendInterpolation(_ value: Double?) { appendInterpolation(value.map(PostgresValue.double) ?? .null) }
         public mutating func appendInterpolation(_ value: Double) { appendInterpolation(PostgresValue.double(value)) }
         public mutating func appendInterpolation(_ value: Bool) { appendInterpolation(PostgresValue.bool(value)) }
         public mutating func appendInterpolation(_ value: Date) { appendInterpolation(PostgresValue.timestamp(value)) }
