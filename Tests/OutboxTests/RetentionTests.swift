@@ -83,7 +83,7 @@ struct RetentionTests {
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 30)
                 """#)
             try db.connection.query(#"VACUUM ANALYZE "PushOutbox""#)
-            let plan = try db.connection.query("EXPLAIN " + QueueGauges.countSQL).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
+            let plan = try db.connection.query("EXPLAIN \(sql: QueueGauges.countQuery)" as PostgresQuery).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             #expect(!plan.contains("Seq Scan"), "\(plan)")
             let snapshot = try QueueGauges.compute(db.connection)
             #expect(snapshot.events[.pending] == 30)
