@@ -62,6 +62,7 @@ struct EntitlementStore: Sendable {
         """
     }
 
+    /// Claims due rows of one environment (`claimQuery`).
     func claim(environment: String, limit: Int, lease: Duration) async throws -> [Claimed] {
         let rows = try await database.query(Self.claimQuery(environment: environment, limit: limit, lease: lease))
         var claimed: [Claimed] = []
@@ -76,46 +77,54 @@ struct EntitlementStore: Sendable {
         return claimed.sorted { ($0.previousDue ?? .distantPast, $0.id) < ($1.previousDue ?? .distantPast, $1.id) }
     }
 
+    /// Rows `ids[i]` due again at `dues[i]`.
+    static func releaseQuery(ids: [String], dues: [Date]) -> PostgresQuery {
+        """
+        UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = r.due
+        FROM unnest(\(ids)::text[], \(dues)::timestamptz[]) AS r(id, due) WHERE e.id = r.id
+        """
+    }
+
     /// Gives claimed rows back untouched (a stop or a pause came first): due again as they were.
     func release(_ rows: [Claimed]) async throws {
         guard !rows.isEmpty else { return }
         // NULL (never scheduled) goes back as the epoch: still due, still first.
-        let ids = rows.map(\.id)
-        let dues = PostgresValue.timestampArray(rows.map { $0.previousDue ?? Date(timeIntervalSince1970: 0) })
-        try await database.query("""
-            UPDATE "CaregiverEntitlement" e SET "nextCheckAt" = r.due
-            FROM unnest(\(ids)::text[], \(dues)::timestamptz[]) AS r(id, due) WHERE e.id = r.id
-            """ as PostgresQuery)
+        try await database.query(Self.releaseQuery(ids: rows.map(\.id), dues: rows.map { $0.previousDue ?? Date(timeIntervalSince1970: 0) }))
     }
 
-    /// Records a verified answer: the row's failures reset and it is due again after about the interval (less up to a tenth).
-    func record(_ verdict: Verdict, id: String, interval: Duration) async throws {
-        let next = Self.scheduled(after: interval)
-        let query: PostgresQuery
+    /// The statement that writes `verdict` to row `id`, one per kind of verdict: revoke (an eligible row), revoke later
+    /// (only the date of a revoked row moves forward), restore (a row this worker revoked, or only one revoked before
+    /// `reversedAt`), still active. All but a later revocation reschedule the row (`scheduled(after:)`).
+    static func recordQuery(_ verdict: Verdict, id: String, interval: Duration) -> PostgresQuery {
+        let next = scheduled(after: interval)
         switch verdict {
         case .revoke(let date, let reason):
-            query = """
+            return """
                 UPDATE "CaregiverEntitlement"
                 SET status = 'REVOKED', "revokedAt" = \(date), "revocationReason" = \(reason), "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
-                WHERE id = \(id) AND \(sql: Self.eligible)
+                WHERE id = \(id) AND \(sql: eligible)
                 """
         case .revokeLater(let date, let reason):
-            query = """
+            return """
                 UPDATE "CaregiverEntitlement" SET "revokedAt" = \(date), "revocationReason" = \(reason), "updatedAt" = now()
                 WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" < \(date)
                 """
         case .restore(let reversedAt):
-            query = """
+            return """
                 UPDATE "CaregiverEntitlement"
                 SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
                 WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND (\(reversedAt)::timestamptz IS NULL OR "revokedAt" < \(reversedAt))
                 """
         case .stillActive:
-            query = """
+            return """
                 UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next) WHERE id = \(id) AND status = 'ACTIVE'
                 """
         }
-        try await database.query(query)
+    }
+
+    /// Records a verified answer: the row's failures reset and it is due again after about the interval (less up to a tenth).
+    func record(_ verdict: Verdict, id: String, interval: Duration) async throws {
+        try await database.query(Self.recordQuery(verdict, id: id, interval: interval))
     }
 
     /// A failed lookup: the row waits `base` × 2^(failures so far), at most `cap`, and never before `notBefore`.
@@ -124,6 +133,7 @@ struct EntitlementStore: Sendable {
         try await database.query(Self.failureQuery(reason: reason, base: base, cap: cap, notBefore: notBefore, where: "id = \(id)"))
     }
 
+    /// The rows matching `condition` back off after a failed lookup (see `recordFailure`).
     static func failureQuery(reason: String, base: Duration, cap: Duration, notBefore: Date?, where condition: PostgresQuery) -> PostgresQuery {
         """
         UPDATE "CaregiverEntitlement"
@@ -134,39 +144,57 @@ struct EntitlementStore: Sendable {
         """
     }
 
+    /// Due rows of environments Apple does not sign, backed off as refused; returns their ids.
+    static func failUntrustedEnvironmentsQuery(base: Duration, cap: Duration) -> PostgresQuery {
+        let condition: PostgresQuery = "\(sql: eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(sql: due) <= now()"
+        let failure = failureQuery(reason: SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue, base: base, cap: cap,
+                                   notBefore: nil, where: condition)
+        return "\(sql: failure) RETURNING id"
+    }
+
     /// Due rows of environments Apple does not sign (Xcode, LocalTesting, anything else): refused without a request, backed off.
     func failUntrustedEnvironments(base: Duration, cap: Duration) async throws -> Int {
-        let condition: PostgresQuery = "\(sql: Self.eligible) AND environment NOT IN ('Production', 'Sandbox') AND \(sql: Self.due) <= now()"
-        let failure = Self.failureQuery(reason: SignedTransactionVerifier.Refusal.untrustedEnvironment.rawValue, base: base, cap: cap,
-                                        notBefore: nil, where: condition)
-        return try await database.query("\(sql: failure) RETURNING id" as PostgresQuery).count
+        try await database.query(Self.failUntrustedEnvironmentsQuery(base: base, cap: cap)).count
+    }
+
+    /// The soonest due time of the environment's rows (`due`), and whether one was never scheduled (`unscheduled`).
+    static func nextDueQuery(environment: String) -> PostgresQuery {
+        """
+        SELECT min(\(sql: due)) = '-infinity'::timestamptz AS unscheduled, min(\(sql: due)) AS due
+        FROM "CaregiverEntitlement" WHERE \(sql: eligible) AND environment = \(environment)
+        """
     }
 
     /// When the environment's next row falls due (distantPast: one is due now), nil when it has none.
     func nextDue(environment: String) async throws -> Date? {
-        let rows = try await database.query("""
-            SELECT min(\(sql: Self.due)) = '-infinity'::timestamptz AS unscheduled, min(\(sql: Self.due)) AS due
-            FROM "CaregiverEntitlement" WHERE \(sql: Self.eligible) AND environment = \(environment)
-            """ as PostgresQuery)
+        let rows = try await database.query(Self.nextDueQuery(environment: environment))
         guard let row = rows.first, row["due"].optionalString() != nil else { return nil }
         return try row["unscheduled"].bool() ? .distantPast : try row["due"].date()
     }
 
+    /// Rows due now (`due`) and the seconds the most overdue one has waited (`oldest`).
+    static let dueGaugesQuery: PostgresQuery = """
+        SELECT count(*) AS due, COALESCE(extract(epoch FROM now() - min(COALESCE("nextCheckAt", "createdAt"))), 0)::double precision AS oldest
+        FROM "CaregiverEntitlement" WHERE \(sql: eligible) AND \(sql: due) <= now()
+        """
+
     /// Rows due now and how long the most overdue one has waited (a never-checked row: since it was created).
     func dueGauges() async throws -> (due: Int, oldestOverdueSeconds: Double) {
-        let row = try await database.query("""
-            SELECT count(*) AS due, COALESCE(extract(epoch FROM now() - min(COALESCE("nextCheckAt", "createdAt"))), 0)::double precision AS oldest
-            FROM "CaregiverEntitlement" WHERE \(sql: Self.eligible) AND \(sql: Self.due) <= now()
-            """ as PostgresQuery)[0]
+        let row = try await database.query(Self.dueGaugesQuery)[0]
         return (try row["due"].int(), max(0, try row["oldest"].double()))
+    }
+
+    /// The row of Apple's original transaction id.
+    static func rowQuery(originalTransactionId: String) -> PostgresQuery {
+        """
+        SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt"
+        FROM "CaregiverEntitlement" WHERE "originalTransactionId" = \(originalTransactionId)
+        """
     }
 
     /// The row a notification is about, by Apple's original transaction id.
     func row(originalTransactionId: String) async throws -> Claimed? {
-        let rows = try await database.query("""
-            SELECT id, "productId", "originalTransactionId", "transactionId", environment, status, "revokedAt"
-            FROM "CaregiverEntitlement" WHERE "originalTransactionId" = $1
-            """, [.text(originalTransactionId)])
+        let rows = try await database.query(Self.rowQuery(originalTransactionId: originalTransactionId))
         guard let row = rows.first else { return nil }
         // A REVOKED row without "revokedAt" belongs to someone else: its state says so, and nothing touches it.
         return Claimed(id: try row["id"].string(), productId: try row["productId"].string(),
@@ -181,24 +209,35 @@ struct EntitlementStore: Sendable {
         var paginationToken: String?
     }
 
+    /// The stored checkpoint of one environment's notification query.
+    static func checkpointQuery(environment: String, type: String) -> PostgresQuery {
+        """
+        SELECT "startDate", "endDate", "paginationToken" FROM "AppStoreNotificationCheckpoint"
+        WHERE environment = \(environment) AND "notificationType" = \(type)
+        """
+    }
+
+    /// Where the environment's notification query of `type` resumes, nil when it never ran.
     func checkpoint(environment: String, type: String) async throws -> Checkpoint? {
-        let rows = try await database.query("""
-            SELECT "startDate", "endDate", "paginationToken" FROM "AppStoreNotificationCheckpoint"
-            WHERE environment = $1 AND "notificationType" = $2
-            """, [.text(environment), .text(type)])
+        let rows = try await database.query(Self.checkpointQuery(environment: environment, type: type))
         guard let row = rows.first else { return nil }
         return Checkpoint(start: try row["startDate"].date(), end: try row["endDate"].optionalDate(),
                           paginationToken: row["paginationToken"].optionalString())
     }
 
+    /// Stores (or replaces) the checkpoint of one environment's notification query.
+    static func saveQuery(_ checkpoint: Checkpoint, environment: String, type: String) -> PostgresQuery {
+        """
+        INSERT INTO "AppStoreNotificationCheckpoint" (environment, "notificationType", "startDate", "endDate", "paginationToken", "updatedAt")
+        VALUES (\(environment), \(type), \(checkpoint.start), \(checkpoint.end), \(checkpoint.paginationToken), now())
+        ON CONFLICT (environment, "notificationType") DO UPDATE
+        SET "startDate" = excluded."startDate", "endDate" = excluded."endDate", "paginationToken" = excluded."paginationToken", "updatedAt" = now()
+        """
+    }
+
+    /// Saves where the environment's notification query of `type` resumes.
     func save(_ checkpoint: Checkpoint, environment: String, type: String) async throws {
-        try await database.query("""
-            INSERT INTO "AppStoreNotificationCheckpoint" (environment, "notificationType", "startDate", "endDate", "paginationToken", "updatedAt")
-            VALUES ($1, $2, $3, $4, $5, now())
-            ON CONFLICT (environment, "notificationType") DO UPDATE
-            SET "startDate" = excluded."startDate", "endDate" = excluded."endDate", "paginationToken" = excluded."paginationToken", "updatedAt" = now()
-            """, [.text(environment), .text(type), .timestamp(checkpoint.start), checkpoint.end.map(PostgresValue.timestamp) ?? .null,
-                  .optional(checkpoint.paginationToken)])
+        try await database.query(Self.saveQuery(checkpoint, environment: environment, type: type))
     }
 
     /// Runs `body` only while this process holds the named lease row (`SingletonLease.whileHeld`, on the lease

@@ -51,16 +51,20 @@ enum OnlineChecks {
         ("_medication_worker_instances", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
     ]
 
-    /// Each (table, privilege) with whether the table exists and `current_user` holds the privilege. The names are this
-    /// file's constants, written as literals (no operator input reaches the statement).
-    static var privilegeSQL: String {
-        let pairs = requiredPrivileges.flatMap { entry in entry.privileges.map { "('\(entry.table)', '\($0)')" } }
+    /// Each (table, privilege) of `requiredPrivileges` with whether the table exists and `current_user` holds the privilege.
+    static var privilegeQuery: PostgresQuery {
+        let pairs = requiredPrivileges.flatMap { entry in entry.privileges.map { (table: entry.table, privilege: $0) } }
+        let tables = pairs.map(\.table), privileges = pairs.map(\.privilege)
         return """
             SELECT t.name, t.privilege, to_regclass(quote_ident(t.name)) IS NOT NULL AS present,
                    COALESCE(has_table_privilege(current_user, to_regclass(quote_ident(t.name)), t.privilege), false) AS granted
-            FROM (VALUES \(pairs.joined(separator: ", "))) AS t(name, privilege)
+            FROM unnest(\(tables)::text[], \(privileges)::text[]) WITH ORDINALITY AS t(name, privilege, n)
+            ORDER BY t.n
             """
     }
+
+    /// The role and database the connection uses.
+    static let whoQuery: PostgresQuery = "SELECT current_user AS role, current_database() AS db"
 
     /// Connects with `DATABASE_URL`; the schema must be current and the role must hold every privilege the daemon uses.
     static func database(_ configuration: Configuration) async -> OnlineCheck {
@@ -81,12 +85,12 @@ enum OnlineChecks {
     }
 
     static func databaseVerdict(_ connection: PostgresConnection) throws -> OnlineCheck {
-        let who = try connection.query("SELECT current_user AS role, current_database() AS db")
+        let who = try connection.query(whoQuery)
         let role = try who.first?["role"].string() ?? "?"
         let database = try who.first?["db"].string() ?? "?"
         var absent: [String] = []
         var missing: [String] = []
-        for row in try connection.query(privilegeSQL) {
+        for row in try connection.query(privilegeQuery) {
             let table = try row["name"].string()
             if try !row["present"].bool() {
                 if !absent.contains(table) { absent.append(table) }

@@ -67,7 +67,8 @@ struct DevicesCommand: OperatorCommand {
         var enabledNow: Bool?
         var changedSince: Bool
 
-        static let columns = """
+        /// The select list `init(_:)` reads (ledger `l`, device `d`).
+        static let columns: PostgresQuery = """
             l.id AS ledger_id, l."pushDeviceId" AS device_id, l.reason, l."eventKey" AS event_key, l."lastError" AS last_error,
             l."disabledAt" AS disabled_at, l."restoredAt" AS restored_at, d."isEnabled" AS enabled_now,
             coalesce(d."updatedAt" > l."disabledAt", false) AS changed_since
@@ -95,27 +96,35 @@ struct DevicesCommand: OperatorCommand {
         }
     }
 
-    static let listSQL = """
-        SELECT \(Disable.columns)
+    /// The newest disables, at most `limit`, within `since` and of `reason` when given.
+    static func listQuery(since: Duration?, reason: String?, limit: Int) -> PostgresQuery {
+        let seconds = since?.asSeconds
+        return """
+        SELECT \(sql: Disable.columns)
         FROM "PushDeviceDisabled" l LEFT JOIN "PushDevice" d ON d.id = l."pushDeviceId"
-        WHERE ($1::double precision IS NULL OR l."disabledAt" > now() - make_interval(secs => $1::double precision))
-          AND ($2::text IS NULL OR l.reason = $2::text)
+        WHERE (\(seconds)::double precision IS NULL OR l."disabledAt" > now() - make_interval(secs => \(seconds)::double precision))
+          AND (\(reason)::text IS NULL OR l.reason = \(reason)::text)
         ORDER BY l."disabledAt" DESC, l.id
-        LIMIT $3
+        LIMIT \(limit)
         """
+    }
 
     /// The latest unrestored disable of each device in the window (the enable statement re-checks each row it changes).
-    static let candidatesSQL = """
-        SELECT DISTINCT ON (l."pushDeviceId") \(Disable.columns)
+    static func candidatesQuery(window: Duration, reason: String?) -> PostgresQuery {
+        """
+        SELECT DISTINCT ON (l."pushDeviceId") \(sql: Disable.columns)
         FROM "PushDeviceDisabled" l LEFT JOIN "PushDevice" d ON d.id = l."pushDeviceId"
-        WHERE l."disabledAt" > now() - make_interval(secs => $1::double precision) AND l."restoredAt" IS NULL
-          AND ($2::text IS NULL OR l.reason = $2::text)
+        WHERE l."disabledAt" > now() - make_interval(secs => \(window.asSeconds)::double precision) AND l."restoredAt" IS NULL
+          AND (\(reason)::text IS NULL OR l.reason = \(reason)::text)
         ORDER BY l."pushDeviceId", l."disabledAt" DESC
         """
+    }
 
     /// Re-enables a device only while it is still as the worker left it: disabled, and not updated after the disable.
-    static let enableSQL = """
-        WITH v AS (SELECT * FROM unnest($1::text[], $2::text[]) AS v(ledger_id, device_id)),
+    /// `ledgerIds[i]` is the disable of device `deviceIds[i]` to undo.
+    static func enableQuery(ledgerIds: [String], deviceIds: [String]) -> PostgresQuery {
+        """
+        WITH v AS (SELECT * FROM unnest(\(ledgerIds)::text[], \(deviceIds)::text[]) AS v(ledger_id, device_id)),
         enabled AS (
             UPDATE "PushDevice" d SET "isEnabled" = true, "updatedAt" = now()
             FROM v JOIN "PushDeviceDisabled" l ON l.id = v.ledger_id
@@ -127,6 +136,7 @@ struct DevicesCommand: OperatorCommand {
         WHERE l.id = v.ledger_id
         RETURNING l."pushDeviceId" AS device_id
         """
+    }
 
     struct ListReport: CommandReport {
         var since: Duration?
@@ -186,13 +196,12 @@ struct DevicesCommand: OperatorCommand {
         return try await context.withDatabase { client, _ in
             switch action {
             case .list(let limit):
-                let rows = try await client.query(Self.listSQL, [since.map { .double($0.asSeconds) } ?? .null, reason.map { .text($0) } ?? .null,
-                                                                 .int(Int64(limit))])
+                let rows = try await client.query(Self.listQuery(since: since, reason: reason, limit: limit))
                 return ListReport(since: since, reason: reason, limit: limit, disables: try rows.map { try Disable($0) }) as any CommandReport
             case .enable(let dryRun):
                 let window = since!
                 return try await client.withTransaction { connection -> any CommandReport in
-                    let candidates = try connection.query(Self.candidatesSQL, [.double(window.asSeconds), reason.map { .text($0) } ?? .null])
+                    let candidates = try connection.query(Self.candidatesQuery(window: window, reason: reason))
                         .map { try Disable($0) }
                     var eligible: [Disable] = []
                     var skipped: [(deviceId: String, reason: String)] = []
@@ -206,7 +215,7 @@ struct DevicesCommand: OperatorCommand {
                     }
                     var enabled = eligible.map(\.deviceId)
                     if !dryRun && !eligible.isEmpty {
-                        enabled = try connection.query(Self.enableSQL, [.textArray(eligible.map(\.ledgerId)), .textArray(eligible.map(\.deviceId))])
+                        enabled = try connection.query(Self.enableQuery(ledgerIds: eligible.map(\.ledgerId), deviceIds: eligible.map(\.deviceId)))
                             .map { try $0["device_id"].string() }
                         let done = Set(enabled)
                         for lost in eligible where !done.contains(lost.deviceId) {

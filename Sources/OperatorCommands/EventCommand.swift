@@ -62,7 +62,8 @@ struct EventCommand: OperatorCommand {
             ])
         }
 
-        static let columns = """
+        /// The select list `init(_:)` reads (outbox `o`).
+        static let columns: PostgresQuery = """
             o.id, o."eventType" AS event_type, o."patientId" AS patient_id, o."eventKey" AS event_key, o.status, o.attempts,
             o."createdAt" AS created_at, o."availableAt" AS available_at, o."processedAt" AS processed_at,
             o."leasedBy" AS leased_by, o."leaseExpiresAt" AS lease_expires_at, o."lastError" AS last_error
@@ -108,20 +109,26 @@ struct EventCommand: OperatorCommand {
         }
     }
 
-    static let eventByIdSQL = "SELECT \(Event.columns) FROM \"PushOutbox\" o WHERE o.id = $1"
+    /// Event `id`.
+    static func eventQuery(id: Int64) -> PostgresQuery { #"SELECT \#(sql: Event.columns) FROM "PushOutbox" o WHERE o.id = \#(id)"# }
 
-    static let eventByKeySQL = "SELECT \(Event.columns) FROM \"PushOutbox\" o WHERE o.\"eventKey\" = $1 ORDER BY o.id DESC LIMIT 1"
+    /// The newest event with event key `key`.
+    static func eventQuery(key: String) -> PostgresQuery {
+        #"SELECT \#(sql: Event.columns) FROM "PushOutbox" o WHERE o."eventKey" = \#(key) ORDER BY o.id DESC LIMIT 1"#
+    }
 
-    /// The token as its first and last 6 characters (all of it hidden when shorter than 16).
-    static let deliveriesSQL = """
+    /// The deliveries of event key `key`; the token as its first and last 6 characters (all of it hidden when shorter than 16).
+    static func deliveriesQuery(key: String) -> PostgresQuery {
+        """
         SELECT pd.id, pd."pushDeviceId" AS device_id,
                CASE WHEN length(d.token) >= 16 THEN left(d.token, 6) || '…' || right(d.token, 6) ELSE '…' END AS token,
                d."isEnabled" AS enabled, pd.status, pd.attempts, pd."lastError" AS last_error, pd."createdAt" AS created_at,
                pd."sentAt" AS sent_at, pd."fcmMessageId" AS message_id
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
-        WHERE pd."eventKey" = $1
+        WHERE pd."eventKey" = \(key)
         ORDER BY pd."createdAt", pd.id
         """
+    }
 
     struct Report: CommandReport {
         var event: Event
@@ -163,8 +170,8 @@ struct EventCommand: OperatorCommand {
             try await client.withConnection { connection in
                 let rows: PostgresRows
                 switch selector {
-                case .id(let id): rows = try connection.query(Self.eventByIdSQL, [.int(id)])
-                case .key(let key): rows = try connection.query(Self.eventByKeySQL, [.text(key)])
+                case .id(let id): rows = try connection.query(Self.eventQuery(id: id))
+                case .key(let key): rows = try connection.query(Self.eventQuery(key: key))
                 }
                 guard let row = rows.first else {
                     switch selector {
@@ -174,7 +181,7 @@ struct EventCommand: OperatorCommand {
                 }
                 let event = try Event(row)
                 let deliveries = try event.eventKey.map { key in
-                    try connection.query(Self.deliveriesSQL, [.text(key)]).map { row in
+                    try connection.query(Self.deliveriesQuery(key: key)).map { row in
                         Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: row["token"].optionalString() ?? "…",
                                  deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
                                  attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),

@@ -36,13 +36,18 @@ struct EventsCommand: OperatorCommand {
         limit = try arguments.positiveInteger("--limit", max: 10_000) ?? Self.defaultLimit
     }
 
-    static let eventsSQL = """
-        SELECT \(EventCommand.Event.columns)
+    /// The newest events of `status`, at most `limit`, created within `since` when given.
+    static func eventsQuery(status: OutboxStatus, since: Duration?, limit: Int) -> PostgresQuery {
+        let seconds = since?.asSeconds
+        return """
+        SELECT \(sql: EventCommand.Event.columns)
         FROM "PushOutbox" o
-        WHERE o.status = $1 AND ($2::double precision IS NULL OR o."createdAt" > now() - make_interval(secs => $2::double precision))
+        WHERE o.status = \(status.rawValue)
+          AND (\(seconds)::double precision IS NULL OR o."createdAt" > now() - make_interval(secs => \(seconds)::double precision))
         ORDER BY o.id DESC
-        LIMIT $3
+        LIMIT \(limit)
         """
+    }
 
     struct Report: CommandReport {
         var status: OutboxStatus
@@ -72,8 +77,7 @@ struct EventsCommand: OperatorCommand {
     func run(_ context: CommandContext) async throws -> any CommandReport {
         let (status, since, limit) = (self.status, self.since, self.limit)
         return try await context.withDatabase { client, _ in
-            let rows = try await client.query(Self.eventsSQL, [.text(status.rawValue), since.map { .double($0.asSeconds) } ?? .null,
-                                                                .int(Int64(limit))])
+            let rows = try await client.query(Self.eventsQuery(status: status, since: since, limit: limit))
             return Report(status: status, since: since, limit: limit, events: try rows.map { try EventCommand.Event($0) })
         }
     }

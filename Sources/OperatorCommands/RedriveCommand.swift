@@ -39,26 +39,35 @@ struct RedriveCommand: OperatorCommand {
     }
 
     /// The DEAD events in scope, locked, each with whether it is past EVENT_MAX_AGE.
-    static let candidatesSQL = """
-        SELECT id, "createdAt" < now() - make_interval(secs => $3::double precision) AS too_old
+    /// (Event `eventId` when given, processed within `since` when given.)
+    static func candidatesQuery(eventId: Int64?, since: Duration?, maxAge: Duration) -> PostgresQuery {
+        let seconds = since?.asSeconds
+        return """
+        SELECT id, "createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
         FROM "PushOutbox"
-        WHERE status = 'DEAD' AND ($1::bigint IS NULL OR id = $1::bigint)
-          AND ($2::double precision IS NULL OR "processedAt" > now() - make_interval(secs => $2::double precision))
+        WHERE status = 'DEAD' AND (\(eventId)::bigint IS NULL OR id = \(eventId)::bigint)
+          AND (\(seconds)::double precision IS NULL OR "processedAt" > now() - make_interval(secs => \(seconds)::double precision))
         ORDER BY id
         FOR UPDATE
         """
+    }
 
-    static let redriveSQL = """
+    /// The DEAD events of `ids` due again at once, attempts from zero; returns those redriven.
+    static func redriveQuery(ids: [Int64]) -> PostgresQuery {
+        """
         UPDATE "PushOutbox"
         SET status = 'PENDING', attempts = 0, "availableAt" = now(), "processedAt" = NULL,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        WHERE id = ANY($1::bigint[]) AND status = 'DEAD'
+        WHERE id = ANY(\(ids)::bigint[]) AND status = 'DEAD'
         RETURNING id
         """
+    }
 
-    static let statusSQL = #"SELECT status FROM "PushOutbox" WHERE id = $1"#
+    /// Event `id`'s status.
+    static func statusQuery(id: Int64) -> PostgresQuery { #"SELECT status FROM "PushOutbox" WHERE id = \#(id)"# }
 
-    static let wakeSQL = "SELECT pg_notify('push_outbox', '')"
+    /// Wakes the workers' claimers (they LISTEN on `push_outbox`).
+    static let wakeQuery: PostgresQuery = "SELECT pg_notify('push_outbox', '')"
 
     struct Report: CommandReport {
         var dryRun: Bool
@@ -101,11 +110,9 @@ struct RedriveCommand: OperatorCommand {
         let (eventId, since, dryRun) = (self.eventId, self.since, self.dryRun)
         return try await context.withDatabase { client, settings in
             try await client.withTransaction { connection in
-                let candidates = try connection.query(Self.candidatesSQL, [
-                    eventId.map { .int($0) } ?? .null, since.map { .double($0.asSeconds) } ?? .null, .double(settings.eventMaxAge.asSeconds),
-                ]).map { (id: Int64(try $0["id"].int()), tooOld: try $0["too_old"].bool()) }
+                let candidates = try connection.query(Self.candidatesQuery(eventId: eventId, since: since, maxAge: settings.eventMaxAge)).map { (id: Int64(try $0["id"].int()), tooOld: try $0["too_old"].bool()) }
                 if let eventId, candidates.isEmpty {
-                    let found = try connection.query(Self.statusSQL, [.int(eventId)])
+                    let found = try connection.query(Self.statusQuery(id: eventId))
                     guard let row = found.first else {
                         throw CommandFailure("no outbox event has id \(eventId)", details: ["event": .number(Double(eventId))])
                     }
@@ -116,8 +123,8 @@ struct RedriveCommand: OperatorCommand {
                 let eligible = candidates.filter { !$0.tooOld }.map(\.id)
                 var redriven = eligible
                 if !dryRun && !eligible.isEmpty {
-                    redriven = try connection.query(Self.redriveSQL, [.intArray(eligible)]).map { Int64(try $0["id"].int()) }.sorted()
-                    try connection.query(Self.wakeSQL)
+                    redriven = try connection.query(Self.redriveQuery(ids: eligible)).map { Int64(try $0["id"].int()) }.sorted()
+                    try connection.query(Self.wakeQuery)
                 }
                 return Report(dryRun: dryRun, eventId: eventId, since: since, eventMaxAge: settings.eventMaxAge, redriven: redriven,
                               skippedPastMaxAge: candidates.filter(\.tooOld).map(\.id))

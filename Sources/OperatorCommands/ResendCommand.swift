@@ -50,47 +50,61 @@ struct ResendCommand: OperatorCommand {
         dryRun = arguments.flag("--dry-run")
     }
 
-    static let eventByIdSQL = """
-        SELECT id, "eventKey" AS key, status, "createdAt" < now() - make_interval(secs => $2::double precision) AS too_old
-        FROM "PushOutbox" WHERE id = $1
+    /// Event `id`, locked, with whether it is older than `maxAge`.
+    static func eventQuery(id: Int64, maxAge: Duration) -> PostgresQuery {
+        """
+        SELECT id, "eventKey" AS key, status, "createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
+        FROM "PushOutbox" WHERE id = \(id)
         FOR UPDATE
         """
+    }
 
-    /// The newest event of a delivery's key (several outbox rows may carry one key).
-    static let eventByDeliverySQL = """
-        SELECT o.id, o."eventKey" AS key, o.status, o."createdAt" < now() - make_interval(secs => $2::double precision) AS too_old
+    /// The newest event of a delivery's key (several outbox rows may carry one key), locked, with whether it is older than `maxAge`.
+    static func eventQuery(delivery id: String, maxAge: Duration) -> PostgresQuery {
+        """
+        SELECT o.id, o."eventKey" AS key, o.status, o."createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
         FROM "PushDelivery" pd JOIN "PushOutbox" o ON o."eventKey" = pd."eventKey"
-        WHERE pd.id = $1
+        WHERE pd.id = \(id)
         ORDER BY o.id DESC LIMIT 1
         FOR UPDATE OF o
         """
+    }
 
-    static let deliverySQL = #"SELECT "eventKey" AS key, status FROM "PushDelivery" WHERE id = $1"#
+    /// Delivery `id`'s event key and status.
+    static func deliveryQuery(id: String) -> PostgresQuery { #"SELECT "eventKey" AS key, status FROM "PushDelivery" WHERE id = \#(id)"# }
 
-    /// The FAILED deliveries in scope, locked, with whether their device can still be sent to.
-    static let failedSQL = """
+    /// The FAILED deliveries in scope (of `key`; only delivery `only` when given), locked, with whether their device can
+    /// still be sent to.
+    static func failedQuery(key: String, only: String?) -> PostgresQuery {
+        """
         SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
-        WHERE pd."eventKey" = $1 AND pd.status = 'FAILED' AND ($2::text IS NULL OR pd.id = $2::text)
+        WHERE pd."eventKey" = \(key) AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)
         ORDER BY pd."createdAt", pd.id
         FOR UPDATE OF pd
         """
+    }
 
-    static let resendDeliveriesSQL = """
+    /// The FAILED deliveries of `ids` back to PENDING, attempts from zero; returns those resent.
+    static func resendDeliveriesQuery(ids: [String]) -> PostgresQuery {
+        """
         UPDATE "PushDelivery"
         SET status = 'PENDING', attempts = 0, "leaseToken" = NULL, "leaseExpiresAt" = NULL,
             "lastError" = 'resend requested; before: ' || coalesce("lastError", '-')
-        WHERE id = ANY($1::text[]) AND status = 'FAILED'
+        WHERE id = ANY(\(ids)::text[]) AND status = 'FAILED'
         RETURNING id
         """
+    }
 
     /// The event is claimed again at once (a PENDING event keeps its lease and picks the deliveries up on its next claim).
-    static let reopenEventSQL = """
+    static func reopenEventQuery(id: Int64) -> PostgresQuery {
+        """
         UPDATE "PushOutbox"
         SET status = 'PENDING', attempts = 0, "availableAt" = now(), "processedAt" = NULL, "lastError" = NULL,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        WHERE id = $1 AND status IN ('DONE', 'DEAD')
+        WHERE id = \(id) AND status IN ('DONE', 'DEAD')
         """
+    }
 
     struct Skip: Sendable {
         var id: String
@@ -130,22 +144,22 @@ struct ResendCommand: OperatorCommand {
         let (target, dryRun) = (self.target, self.dryRun)
         return try await context.withDatabase { client, settings in
             try await client.withTransaction { connection in
-                let maxAge = PostgresValue.double(settings.eventMaxAge.asSeconds)
+                let maxAge = settings.eventMaxAge
                 let eventRows: PostgresRows
                 var only: String?
                 switch target {
                 case .event(let id):
-                    eventRows = try connection.query(Self.eventByIdSQL, [.int(id), maxAge])
+                    eventRows = try connection.query(Self.eventQuery(id: id, maxAge: maxAge))
                     guard !eventRows.isEmpty else { throw CommandFailure("no outbox event has id \(id)", details: ["event": .number(Double(id))]) }
                 case .delivery(let id):
-                    guard let delivery = try connection.query(Self.deliverySQL, [.text(id)]).first else {
+                    guard let delivery = try connection.query(Self.deliveryQuery(id: id)).first else {
                         throw CommandFailure("no delivery has id \(id)", details: ["delivery": .string(id)])
                     }
                     let status = try delivery["status"].string()
                     guard status == "FAILED" else {
                         throw CommandFailure("delivery \(id) is \(status), not FAILED", details: ["delivery": .string(id), "status": .string(status)])
                     }
-                    eventRows = try connection.query(Self.eventByDeliverySQL, [.text(id), maxAge])
+                    eventRows = try connection.query(Self.eventQuery(delivery: id, maxAge: maxAge))
                     guard !eventRows.isEmpty else {
                         throw CommandFailure("the event of delivery \(id) (key \(try delivery["key"].string())) is gone (OUTBOX_RETENTION)",
                                              details: ["delivery": .string(id)])
@@ -157,7 +171,7 @@ struct ResendCommand: OperatorCommand {
                 guard let key = event["key"].optionalString() else {
                     throw CommandFailure("event \(eventId) was never claimed: it has no deliveries yet", details: ["event": .number(Double(eventId))])
                 }
-                let failed = try connection.query(Self.failedSQL, [.text(key), only.map { .text($0) } ?? .null])
+                let failed = try connection.query(Self.failedQuery(key: key, only: only))
                 var eligible: [String] = []
                 var skipped: [Skip] = []
                 let tooOld = try event["too_old"].bool()
@@ -175,9 +189,9 @@ struct ResendCommand: OperatorCommand {
                 }
                 var resent = eligible
                 if !dryRun && !eligible.isEmpty {
-                    resent = try connection.query(Self.resendDeliveriesSQL, [.textArray(eligible)]).map { try $0["id"].string() }.sorted()
-                    try connection.query(Self.reopenEventSQL, [.int(eventId)])
-                    try connection.query(RedriveCommand.wakeSQL)
+                    resent = try connection.query(Self.resendDeliveriesQuery(ids: eligible)).map { try $0["id"].string() }.sorted()
+                    try connection.query(Self.reopenEventQuery(id: eventId))
+                    try connection.query(RedriveCommand.wakeQuery)
                 }
                 return Report(dryRun: dryRun, eventId: eventId, resent: resent, skipped: skipped)
             }

@@ -78,27 +78,31 @@ struct StatusCommand: OperatorCommand {
         }
     }
 
-    static let eventCountsSQL = """
+    /// Events per status (`n`), every status listed.
+    static let eventCountsQuery: PostgresQuery = """
         SELECT s.status, count(o.id) AS n
         FROM unnest(ARRAY['PENDING', 'DONE', 'DEAD', 'EXPIRED']) AS s(status)
         LEFT JOIN "PushOutbox" o ON o.status = s.status
         GROUP BY s.status
         """
 
-    static let pendingSQL = """
+    /// The oldest PENDING event's age in seconds (`oldest`) and how many are due (`due`).
+    static let pendingQuery: PostgresQuery = """
         SELECT extract(epoch FROM now() - min("createdAt"))::double precision AS oldest,
                count(*) FILTER (WHERE "availableAt" <= now()) AS due
         FROM "PushOutbox" WHERE status = 'PENDING'
         """
 
-    static let recentSQL = """
+    /// Deliveries of the last hour by status, and devices disabled in it.
+    static let recentQuery: PostgresQuery = """
         SELECT (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'PENDING') AS pending,
                (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT') AS sent,
                (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'FAILED') AS failed,
                (SELECT count(*) FROM "PushDeviceDisabled" WHERE "disabledAt" > now() - interval '1 hour') AS disabled
         """
 
-    static let sizesSQL = """
+    /// The two tables' sizes in bytes and the oldest finished event's age in seconds.
+    static let sizesQuery: PostgresQuery = """
         SELECT pg_total_relation_size('"PushOutbox"') AS outbox, pg_total_relation_size('"PushDelivery"') AS delivery,
                (SELECT extract(epoch FROM now() - min("processedAt"))::double precision FROM "PushOutbox"
                 WHERE status IN ('DONE', 'EXPIRED')) AS oldest_finished
@@ -108,10 +112,10 @@ struct StatusCommand: OperatorCommand {
         try await context.withDatabase { client, _ in
             try await client.withConnection { connection in
                 var events: [OutboxStatus: Int] = [:]
-                for row in try connection.query(Self.eventCountsSQL) { events[try row["status"].decode(OutboxStatus.self)] = try row["n"].int() }
-                let pending = try connection.query(Self.pendingSQL)[0]
-                let recent = try connection.query(Self.recentSQL)[0]
-                let sizes = try connection.query(Self.sizesSQL)[0]
+                for row in try connection.query(Self.eventCountsQuery) { events[try row["status"].decode(OutboxStatus.self)] = try row["n"].int() }
+                let pending = try connection.query(Self.pendingQuery)[0]
+                let recent = try connection.query(Self.recentQuery)[0]
+                let sizes = try connection.query(Self.sizesQuery)[0]
                 return Report(
                     events: events, duePending: try pending["due"].int(),
                     oldestPendingSeconds: pending["oldest"].isNull ? nil : try pending["oldest"].double(),

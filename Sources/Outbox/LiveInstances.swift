@@ -32,32 +32,44 @@ public struct LiveInstances: Sendable {
         self.id = id
     }
 
-    static let heartbeatSQL = """
+    /// Registers instance `id` (host, process id, version), or renews its heartbeat.
+    static func heartbeatQuery(id: String, host: String, pid: Int, version: String) -> PostgresQuery {
+        """
         INSERT INTO "_medication_worker_instances" AS i (id, host, pid, version)
-        VALUES ($1::uuid, $2, $3, $4)
+        VALUES (\(id)::uuid, \(host), \(pid), \(version))
         ON CONFLICT (id) DO UPDATE SET "heartbeatAt" = now()
         """
+    }
 
-    static let forgetSQL = """
-        DELETE FROM "_medication_worker_instances" WHERE "heartbeatAt" < now() - make_interval(secs => $1::double precision)
+    /// Deletes the rows of instances silent for longer than `after`.
+    static func forgetQuery(after: Duration) -> PostgresQuery {
         """
+        DELETE FROM "_medication_worker_instances" WHERE "heartbeatAt" < now() - make_interval(secs => \(after.asSeconds)::double precision)
+        """
+    }
 
-    static let leaveSQL = #"DELETE FROM "_medication_worker_instances" WHERE id = $1::uuid"#
+    /// Deletes instance `id`'s row.
+    static func leaveQuery(id: String) -> PostgresQuery {
+        #"DELETE FROM "_medication_worker_instances" WHERE id = \#(id)::uuid"#
+    }
 
-    static let listSQL = """
+    /// The instances heard from within `liveWithin`, oldest first.
+    static func listQuery(liveWithin: Duration) -> PostgresQuery {
+        """
         SELECT id::text AS id, host, pid, version, "startedAt" AS started, "heartbeatAt" AS heartbeat
         FROM "_medication_worker_instances"
-        WHERE "heartbeatAt" > now() - make_interval(secs => $1::double precision)
+        WHERE "heartbeatAt" > now() - make_interval(secs => \(liveWithin.asSeconds)::double precision)
         ORDER BY "startedAt", id
         """
+    }
 
     /// Registers or renews this instance's row, forgets long-gone ones; returns how many instances are live.
     @discardableResult
     public func heartbeat(version: String) async throws -> Int {
         let id = self.id
         return try await client.withTransaction { connection in
-            try connection.query(Self.heartbeatSQL, [.text(id), .text(Self.hostName), .int(Int64(getpid())), .text(version)])
-            try connection.query(Self.forgetSQL, [.double(Self.forgetAfter.asSeconds)])
+            try connection.query(Self.heartbeatQuery(id: id, host: Self.hostName, pid: Int(getpid()), version: version))
+            try connection.query(Self.forgetQuery(after: Self.forgetAfter))
             return try Self.list(connection).count
         }
     }
@@ -65,12 +77,12 @@ public struct LiveInstances: Sendable {
     /// Deletes this instance's row (a clean stop), so the others take its share at once.
     public func leave() async throws {
         let id = self.id
-        _ = try await client.withConnection { try $0.query(Self.leaveSQL, [.text(id)]) }
+        _ = try await client.withConnection { try $0.query(Self.leaveQuery(id: id)) }
     }
 
     /// The instances whose heartbeat is recent.
     public static func list(_ connection: PostgresConnection) throws -> [Instance] {
-        try connection.query(listSQL, [.double(liveWithin.asSeconds)]).map { row in
+        try connection.query(listQuery(liveWithin: liveWithin)).map { row in
             Instance(id: try row["id"].string(), host: try row["host"].string(), pid: try row["pid"].int(),
                      version: try row["version"].string(), startedAt: try row["started"].date(), heartbeatAt: try row["heartbeat"].date())
         }

@@ -19,10 +19,13 @@ extension OutboxStore {
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and
     /// records each disable in `"PushDeviceDisabled"` in the same statement (the evidence, and the undo list for
     /// `devices enable`). The ledger's `"disabledAt"` is the device's new `"updatedAt"` (one `now()` per transaction):
-    /// `devices enable` re-enables only devices nobody changed since.
-    static let disableDevicesSQL = """
+    /// `devices enable` re-enables only devices nobody changed since. One entry per device: its id, when the send began,
+    /// the reason code, the event key and FCM's error.
+    static func disableDevicesQuery(ids: [String], started: [Date], reasons: [String], keys: [String], errors: [String]) -> PostgresQuery {
+        """
         WITH v AS (
-            SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[]) AS v(id, started, reason, key, err)
+            SELECT * FROM unnest(\(ids)::text[], \(started)::timestamptz[], \(reasons)::text[], \(keys)::text[], \(errors)::text[])
+                AS v(id, started, reason, key, err)
         ), disabled AS (
             UPDATE "PushDevice" d
             SET "isEnabled" = false, "updatedAt" = now()
@@ -36,17 +39,17 @@ extension OutboxStore {
         ORDER BY v.id
         RETURNING "pushDeviceId" AS id
         """
+    }
 
     /// Delivery results and event settlements in one statement (one round trip per completer flush):
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
     /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
-    /// snapshot), else DEAD after the last attempt, else due again after its delay.
-    static func completeQuery(deliveries ids: [String], keys deliveryKeys: [String], kinds: [String], details: [String], tokens: [String],
-                              events: [EventSettlement], maxAttempts: Int) -> PostgresQuery {
-        let eventIds = PostgresValue.intArray(events.map(\.id)), keys = events.map(\.eventKey)
-        let delays = PostgresValue.doubleArray(events.map(\.retryDelay.asSeconds)), errors = PostgresValue.optionalTextArray(events.map(\.error))
-        let leases = events.map(\.lease.text)
-        return """
+    /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery result
+    /// (`deliveries` … `deliveryKeys`) and per event settlement (`events` … `leases`).
+    static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
+                              maxAttempts: Int, events eventIds: [Int64], keys: [String], delays: [Double], errors: [String?],
+                              leases: [String]) -> PostgresQuery {
+        """
         WITH r AS (
             SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[])
                 AS r(id, kind, detail, token, key)
@@ -95,14 +98,16 @@ extension OutboxStore {
         """
     }
 
-    /// Final states decided without sending (bad input → DEAD, too old → EXPIRED).
-    static let finishEventsSQL = """
+    /// Final states decided without sending (bad input → DEAD, too old → EXPIRED), each under its event's lease.
+    static func finishEventsQuery(ids: [Int64], statuses: [String], reasons: [String], leases: [String]) -> PostgresQuery {
+        """
         UPDATE "PushOutbox" o
         SET status = v.status, "processedAt" = now(), "lastError" = v.err,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::bigint[], $2::text[], $3::text[], $4::uuid[]) AS v(id, status, err, token)
-        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(stillPending.sql)
+        FROM unnest(\(ids)::bigint[], \(statuses)::text[], \(reasons)::text[], \(leases)::uuid[]) AS v(id, status, err, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(sql: stillPending)
         """
+    }
 
     /// What a completion wrote.
     struct CompletionSummary: Sendable {
@@ -148,14 +153,13 @@ extension OutboxStore {
     func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
         let plan = Self.plan(completion, maxAttempts: maxAttempts)
         guard !plan.statements.isEmpty else { return CompletionSummary() }
-        return try plan.summary(of: try await client.pipelinedTransaction(plan.statements.map { ($0.sql, $0.parameters) },
-                                                                                 settings: keyedSettings))
+        return try plan.summary(of: try await client.pipelinedTransaction(plan.statements.map(\.query), settings: keyedSettings))
     }
 
     /// The statements of one flush, and how to read their answers.
     struct CompletionPlan {
         enum Role { case disableDevices, finishEvents, complete, release }
-        var statements: [(role: Role, sql: String, parameters: [PostgresValue])] = []
+        var statements: [(role: Role, query: PostgresQuery)] = []
         var finished: [FinishedEvent] = []
 
         func summary(of results: [PostgresRows]) throws -> CompletionSummary {
@@ -193,33 +197,29 @@ extension OutboxStore {
         }
         var plan = CompletionPlan()
         if !disable.ids.isEmpty {
-            plan.statements.append((.disableDevices, disableDevicesSQL, [
-                .textArray(disable.ids), .timestampArray(disable.started), .textArray(disable.reasons), .textArray(disable.keys),
-                .textArray(disable.errors),
-            ]))
+            plan.statements.append((.disableDevices, disableDevicesQuery(ids: disable.ids, started: disable.started, reasons: disable.reasons,
+                                                                         keys: disable.keys, errors: disable.errors)))
         }
         let finished = completion.finished
         if !finished.isEmpty {
             plan.finished = finished
-            plan.statements.append((.finishEvents, finishEventsSQL, [
-                .intArray(finished.map(\.id)), .textArray(finished.map(\.status.rawValue)), .textArray(finished.map(\.reason)),
-                .textArray(finished.map(\.lease.text)),
-            ]))
+            plan.statements.append((.finishEvents, finishEventsQuery(ids: finished.map(\.id), statuses: finished.map(\.status.rawValue),
+                                                                     reasons: finished.map(\.reason), leases: finished.map(\.lease.text))))
         }
         let events = completion.settlements
         if !ids.isEmpty || !events.isEmpty {
-            let query = completeQuery(deliveries: ids, keys: keys, kinds: kinds, details: details, tokens: tokens, events: events, maxAttempts: maxAttempts)
-            plan.statements.append((.complete, query.sql, query.binds))
+            plan.statements.append((.complete, completeQuery(
+                deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, maxAttempts: maxAttempts,
+                events: events.map(\.id), keys: events.map(\.eventKey), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
+                leases: events.map(\.lease.text))))
         }
         let releasedDeliveries = completion.releasedDeliveries
         if !releasedDeliveries.isEmpty {
-            plan.statements.append((.release, releaseDeliveriesSQL,
-                                    [.textArray(releasedDeliveries.map(\.id)), .textArray(releasedDeliveries.map(\.lease.text))]))
+            plan.statements.append((.release, releaseDeliveriesQuery(ids: releasedDeliveries.map(\.id), leases: releasedDeliveries.map(\.lease.text))))
         }
         let releasedEvents = completion.releasedEvents
         if !releasedEvents.isEmpty {
-            plan.statements.append((.release, releaseEventsSQL,
-                                    [.intArray(releasedEvents.map(\.id)), .textArray(releasedEvents.map(\.lease.text))]))
+            plan.statements.append((.release, releaseEventsQuery(ids: releasedEvents.map(\.id), leases: releasedEvents.map(\.lease.text))))
         }
         return plan
     }
@@ -230,52 +230,64 @@ extension OutboxStore {
         String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber }).nonEmpty ?? reason
     }
 
-    static let releaseEventsSQL = """
+    /// Events given back under their leases: due again at once, the attempt uncounted.
+    static func releaseEventsQuery(ids: [Int64], leases: [String]) -> PostgresQuery {
+        """
         UPDATE "PushOutbox" o
         SET "availableAt" = now(), attempts = greatest(o.attempts - 1, 0),
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        FROM unnest($1::bigint[], $2::uuid[]) AS v(id, token)
-        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(stillPending.sql)
+        FROM unnest(\(ids)::bigint[], \(leases)::uuid[]) AS v(id, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(sql: stillPending)
         """
+    }
 
-    static let releaseDeliveriesSQL = """
+    /// Deliveries never sent, given back under their leases: lease cleared, the attempt uncounted.
+    static func releaseDeliveriesQuery(ids: [String], leases: [String]) -> PostgresQuery {
+        """
         UPDATE "PushDelivery" pd
         SET "leaseToken" = NULL, "leaseExpiresAt" = NULL, attempts = greatest(pd.attempts - 1, 0)
-        FROM unnest($1::text[], $2::uuid[]) AS v(id, token)
+        FROM unnest(\(ids)::text[], \(leases)::uuid[]) AS v(id, token)
         WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
         """
+    }
 
     /// Gives work that was never sent back (graceful stop, claim failure): due again at once, the attempt uncounted.
     func release(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) async throws {
         guard !events.isEmpty || !deliveries.isEmpty else { return }
         try await client.withTransaction(settings: keyedSettings) { connection in
             if !deliveries.isEmpty {
-                try connection.query(Self.releaseDeliveriesSQL, [.textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text))])
+                try connection.query(Self.releaseDeliveriesQuery(ids: deliveries.map(\.id), leases: deliveries.map(\.lease.text)))
             }
             if !events.isEmpty {
-                try connection.query(Self.releaseEventsSQL, [.intArray(events.map(\.id)), .textArray(events.map(\.lease.text))])
+                try connection.query(Self.releaseEventsQuery(ids: events.map(\.id), leases: events.map(\.lease.text)))
             }
         }
     }
 
     // MARK: Lease heartbeat
 
-    static let extendEventsSQL = """
+    /// Events whose lease is still held, leased `lease` from now (and due again only then).
+    static func extendEventsQuery(ids: [Int64], leases: [String], lease: Duration) -> PostgresQuery {
+        """
         UPDATE "PushOutbox" o
-        SET "leaseExpiresAt" = now() + make_interval(secs => $3::double precision),
-            "availableAt" = now() + make_interval(secs => $3::double precision)
-        FROM unnest($1::bigint[], $2::uuid[]) AS v(id, token)
-        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(stillPending.sql)
+        SET "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision),
+            "availableAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
+        FROM unnest(\(ids)::bigint[], \(leases)::uuid[]) AS v(id, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(sql: stillPending)
         RETURNING o.id
         """
+    }
 
-    static let extendDeliveriesSQL = """
+    /// Deliveries whose lease is still held, leased `lease` from now.
+    static func extendDeliveriesQuery(ids: [String], leases: [String], lease: Duration) -> PostgresQuery {
+        """
         UPDATE "PushDelivery" pd
-        SET "leaseExpiresAt" = now() + make_interval(secs => $3::double precision)
-        FROM unnest($1::text[], $2::uuid[]) AS v(id, token)
+        SET "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
+        FROM unnest(\(ids)::text[], \(leases)::uuid[]) AS v(id, token)
         WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
         RETURNING pd.id
         """
+    }
 
     /// Extends the leases still held; returns the events and deliveries whose lease was confirmed. Deliveries first,
     /// then events: the order in which a completer flush locks them.
@@ -285,14 +297,14 @@ extension OutboxStore {
             var keptEvents = Set<Int64>()
             var keptDeliveries = Set<String>()
             if !deliveries.isEmpty {
-                for row in try connection.query(Self.extendDeliveriesSQL, [
-                    .textArray(deliveries.map(\.id)), .textArray(deliveries.map(\.lease.text)), .double(lease.asSeconds),
-                ]) { keptDeliveries.insert(try row["id"].string()) }
+                for row in try connection.query(Self.extendDeliveriesQuery(ids: deliveries.map(\.id), leases: deliveries.map(\.lease.text), lease: lease)) {
+                    keptDeliveries.insert(try row["id"].string())
+                }
             }
             if !events.isEmpty {
-                for row in try connection.query(Self.extendEventsSQL, [
-                    .intArray(events.map(\.id)), .textArray(events.map(\.lease.text)), .double(lease.asSeconds),
-                ]) { keptEvents.insert(try row["id"].decode(Int64.self)) }
+                for row in try connection.query(Self.extendEventsQuery(ids: events.map(\.id), leases: events.map(\.lease.text), lease: lease)) {
+                    keptEvents.insert(try row["id"].decode(Int64.self))
+                }
             }
             return (keptEvents, keptDeliveries)
         }

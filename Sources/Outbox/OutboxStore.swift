@@ -18,39 +18,41 @@ struct OutboxStore: Sendable {
 
     // MARK: Claim
 
-    /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased for `lease`, attempt counted. The locked rows are
-    /// updated by their tuple id (a TID lookup, not a second walk of the primary key): locked, they cannot move.
-    static let claimSQL = """
+    /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased to `worker` under `token` for `lease`, attempt
+    /// counted; `expired` when older than `maxAge`. The locked rows are updated by their tuple id (a TID lookup, not a
+    /// second walk of the primary key): locked, they cannot move.
+    static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration, maxAge: Duration) -> PostgresQuery {
+        """
         WITH due AS (
             SELECT ctid FROM "PushOutbox"
             WHERE status = 'PENDING' AND "availableAt" <= now()
             ORDER BY "availableAt", id
-            LIMIT $1
+            LIMIT \(limit)
             FOR UPDATE SKIP LOCKED
         )
         UPDATE "PushOutbox" o
-        SET attempts = o.attempts + 1, "leasedBy" = $2, "leaseToken" = $3::uuid,
-            "leaseExpiresAt" = now() + make_interval(secs => $4::double precision),
-            "availableAt" = now() + make_interval(secs => $4::double precision)
+        SET attempts = o.attempts + 1, "leasedBy" = \(worker), "leaseToken" = \(token.text)::uuid,
+            "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision),
+            "availableAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
         FROM due WHERE o.ctid = due.ctid
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
-                  o."createdAt" < now() - make_interval(secs => $5::double precision) AS expired,
+                  o."createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS expired,
                   (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name,
                   o."createdAt"
         """
+    }
 
     /// Claims up to `limit` due events under a new lease.
     func claim(limit: Int, workerId: String, lease: Duration, maxAge: Duration) async throws -> [ClaimedEvent] {
         let token = LeaseToken()
-        let rows = try await client.query(Self.claimSQL, [
-            .int(limit), .text(workerId), .text(token.text), .double(lease.asSeconds), .double(maxAge.asSeconds),
-        ])
+        let rows = try await client.query(Self.claimQuery(limit: limit, worker: workerId, token: token, lease: lease, maxAge: maxAge))
+        let id = rows.column("id"), eventType = rows.column("eventType"), patientId = rows.column("patientId"), payload = rows.column("payload")
+        let attempts = rows.column("attempts"), expired = rows.column("expired"), displayName = rows.column("display_name")
+        let createdAt = rows.column("createdAt")
         return try rows.map { row in
-            // The RETURNING list, in order.
-            let (id, eventType, patientId, payload, attempts, expired, displayName, createdAt)
-                = try row.decode((Int64, String, String, String, Int, Bool, String?, Date).self)
-            return ClaimedEvent(id: id, eventType: eventType, patientId: patientId, payload: payload, attempts: attempts, expired: expired,
-                                displayName: displayName, lease: token, createdAt: createdAt)
+            ClaimedEvent(id: try row[id].decode(Int64.self), eventType: try row[eventType].string(), patientId: try row[patientId].string(),
+                         payload: try row[payload].string(), attempts: try row[attempts].int(), expired: try row[expired].bool(),
+                         displayName: row[displayName].optionalString(), lease: token, createdAt: try row[createdAt].date())
         }.sorted { $0.id < $1.id }
     }
 
@@ -61,7 +63,7 @@ struct OutboxStore: Sendable {
     /// - `inserted`: one delivery per target, inserted already leased; a device already in the table for the key is
     ///   skipped (the unique index decides);
     /// - `earlier`: the keys that can hold deliveries from before this statement: the insert skipped one of their
-    ///   devices, they have no sendable device now, or their event is on a second or later attempt (`$5`). A key met
+    ///   devices, they have no sendable device now, or their event is on a second or later attempt (`retried`). A key met
     ///   for the first time has none, so the two probes below skip it (they were an index probe per key on every
     ///   fan-out);
     /// - `reclaimed`: PENDING deliveries of those keys from an earlier attempt or a crashed worker, leased again;
@@ -69,36 +71,39 @@ struct OutboxStore: Sendable {
     /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A retried
     /// event is always probed, so a delivery left by an earlier attempt to a device that is no longer a target (its
     /// devices replaced since) is failed or resent on that attempt, never left to exhaust the attempts.
-    static let fanOutSQL = fanOutCTEs + """
-
+    static func fanOutQuery(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
+        """
+        \(sql: fanOutCTEs(keys: keys, patients: patients, token: token, lease: lease, retried: retried))
         SELECT i.id, i."eventKey", i."pushDeviceId", t.token, now() AS claimed_at
         FROM inserted i JOIN targets t ON t.key = i."eventKey" AND t.device_id = i."pushDeviceId"
         UNION ALL
         SELECT r.id, r."eventKey", r."pushDeviceId", r.token, now() FROM reclaimed r
         """
+    }
 
     /// A new delivery's id: a UUID version 7 (RFC 9562) as text: 48 bits of Unix milliseconds, then random bits (a
     /// random version-4 UUID with its first six bytes replaced and its version nibble turned from 4 into 7). Ids that
     /// grow with time land at the right edge of the primary-key index, as a sequence's would; random ones dirtied a
     /// random leaf page per insert, and each leaf's first change after a checkpoint writes the whole page to WAL.
-    static let deliveryIdSQL = """
+    static let deliveryIdSQL: PostgresQuery = """
         encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
             placing substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6),
             52, 1), 53, 1), 'hex')::uuid::text
         """
 
-    /// The data-modifying part of `fanOutSQL` (data-modifying CTEs must be at the top level, so the
-    /// benchmark's pgbench script appends its own final SELECT to these).
-    static let fanOutCTEs = """
+    /// The data-modifying part of `fanOutQuery` (data-modifying CTEs must be at the top level, so the
+    /// benchmark's pgbench script appends its own final SELECT to these): `keys[i]` is an event of patient `patients[i]`.
+    static func fanOutCTEs(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
+        """
         WITH targets AS MATERIALIZED (
             SELECT DISTINCT e.key, d.id AS device_id, d.token
-            FROM unnest($1::text[], $2::text[]) AS e(key, patient_id)
+            FROM unnest(\(keys)::text[], \(patients)::text[]) AS e(key, patient_id)
             JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
             JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
         ), inserted AS (
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
-            SELECT \(deliveryIdSQL), t.key, t.device_id, 'PENDING', 1, now(), $3::uuid,
-                   now() + make_interval(secs => $4::double precision)
+            SELECT \(sql: deliveryIdSQL), t.key, t.device_id, 'PENDING', 1, now(), \(token.text)::uuid,
+                   now() + make_interval(secs => \(lease.asSeconds)::double precision)
             FROM targets t
             ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
             RETURNING id, "eventKey", "pushDeviceId"
@@ -106,13 +111,13 @@ struct OutboxStore: Sendable {
             SELECT t.key FROM targets t
             WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
             UNION
-            SELECT k.key FROM unnest($1::text[]) AS k(key) WHERE NOT EXISTS (SELECT 1 FROM targets t WHERE t.key = k.key)
+            SELECT k.key FROM unnest(\(keys)::text[]) AS k(key) WHERE NOT EXISTS (SELECT 1 FROM targets t WHERE t.key = k.key)
             UNION
-            SELECT unnest($5::text[])
+            SELECT unnest(\(retried)::text[])
         ), reclaimed AS (
             UPDATE "PushDelivery" pd
-            SET attempts = pd.attempts + 1, "leaseToken" = $3::uuid,
-                "leaseExpiresAt" = now() + make_interval(secs => $4::double precision)
+            SET attempts = pd.attempts + 1, "leaseToken" = \(token.text)::uuid,
+                "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
             FROM "PushDevice" d
             WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
               AND d.id = pd."pushDeviceId" AND d."isEnabled"
@@ -128,6 +133,7 @@ struct OutboxStore: Sendable {
             RETURNING pd.id
         )
         """
+    }
 
     /// An event to fan out: its key and patient.
     struct FanOutRequest: Sendable {
@@ -151,14 +157,14 @@ struct OutboxStore: Sendable {
             if event.attempts > 1 { retried.append(event.eventKey) }
         }
         guard !keys.isEmpty else { return [] }
-        let rows = try await client.query(Self.fanOutSQL, [.textArray(keys), .textArray(patients), .text(token.text), .double(lease.asSeconds),
-                                                           .textArray(retried)])
+        let rows = try await client.query(Self.fanOutQuery(keys: keys, patients: patients, token: token, lease: lease, retried: retried))
+        let id = rows.column("id"), eventKey = rows.column("eventKey"), deviceId = rows.column("pushDeviceId"), deviceToken = rows.column("token")
+        let claimedAt = rows.column("claimed_at")
         var deliveries: [ClaimedDelivery] = []
         deliveries.reserveCapacity(rows.count)
         for row in rows {
-            // id, "eventKey", "pushDeviceId", token, claimed_at
-            let (id, eventKey, deviceId, deviceToken, claimedAt) = try row.decode((String, String, String, String, Date).self)
-            deliveries.append(ClaimedDelivery(id: id, eventKey: eventKey, deviceId: deviceId, token: deviceToken, claimedAt: claimedAt, lease: token))
+            deliveries.append(ClaimedDelivery(id: try row[id].string(), eventKey: try row[eventKey].string(), deviceId: try row[deviceId].string(),
+                                              token: try row[deviceToken].string(), claimedAt: try row[claimedAt].date(), lease: token))
         }
         return deliveries
     }

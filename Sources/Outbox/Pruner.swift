@@ -35,20 +35,26 @@ public final class Pruner: PeriodicJob {
         public var deliveriesDeleted: Int
     }
 
-    static let deleteOutboxSQL = """
+    /// Up to `limit` DONE or EXPIRED events processed longer than `retention` ago.
+    static func deleteOutboxQuery(retention: Duration, limit: Int) -> PostgresQuery {
+        """
         DELETE FROM "PushOutbox" WHERE id IN (
             SELECT id FROM "PushOutbox"
-            WHERE status IN ('DONE', 'EXPIRED') AND "processedAt" < now() - make_interval(secs => $1::double precision)
-            LIMIT $2)
+            WHERE status IN ('DONE', 'EXPIRED') AND "processedAt" < now() - make_interval(secs => \(retention.asSeconds)::double precision)
+            LIMIT \(limit))
         """
+    }
 
-    static let deleteDeliveriesSQL = """
+    /// Up to `limit` deliveries created longer than `retention` ago whose event key has no PENDING event.
+    static func deleteDeliveriesQuery(retention: Duration, limit: Int) -> PostgresQuery {
+        """
         DELETE FROM "PushDelivery" WHERE id IN (
             SELECT pd.id FROM "PushDelivery" pd
-            WHERE pd."createdAt" < now() - make_interval(secs => $1::double precision)
+            WHERE pd."createdAt" < now() - make_interval(secs => \(retention.asSeconds)::double precision)
               AND NOT EXISTS (SELECT 1 FROM "PushOutbox" o WHERE o.status = 'PENDING' AND o."eventKey" = pd."eventKey")
-            LIMIT $2)
+            LIMIT \(limit))
         """
+    }
 
     let client: PostgresClient
     let configuration: Configuration
@@ -76,17 +82,17 @@ public final class Pruner: PeriodicJob {
         // Each batch is its own short transaction; the lease is kept (renewed while the pass runs, a lost lease ends
         // it) so the same instance prunes next time.
         let pass = try await lease.whileHeld(on: client, releasing: false) { () async throws -> PassSummary in
-            @Sendable func drain(_ sql: String, _ retention: Duration) async throws -> Int {
+            @Sendable func drain(_ statement: (Duration, Int) -> PostgresQuery, _ retention: Duration) async throws -> Int {
                 var total = 0
                 while !shouldStop() {
-                    let deleted = try await client.query(sql, [.double(retention.asSeconds), .int(configuration.batchSize)]).affectedRows
+                    let deleted = try await client.query(statement(retention, configuration.batchSize)).affectedRows
                     total += deleted
                     if deleted < configuration.batchSize { break }
                 }
                 return total
             }
-            let outbox = try await drain(Self.deleteOutboxSQL, configuration.outboxRetention)
-            let deliveries = try await drain(Self.deleteDeliveriesSQL, configuration.deliveryRetention)
+            let outbox = try await drain(Self.deleteOutboxQuery, configuration.outboxRetention)
+            let deliveries = try await drain(Self.deleteDeliveriesQuery, configuration.deliveryRetention)
             return PassSummary(ranPass: true, outboxDeleted: outbox, deliveriesDeleted: deliveries)
         }
         guard let summary = pass else { return PassSummary(ranPass: false, outboxDeleted: 0, deliveriesDeleted: 0) }

@@ -23,7 +23,8 @@ public final class QueueGauges: Sendable {
 
     static let statuses = OutboxStatus.allCases
 
-    static let countSQL = """
+    /// Events PENDING, DEAD and EXPIRED (counted), finished (estimated from the index), the oldest PENDING one's age.
+    static let countQuery: PostgresQuery = """
         SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
                (SELECT count(*) FROM "PushOutbox" WHERE status = 'DEAD') AS dead,
                (SELECT count(*) FROM "PushOutbox" WHERE status = 'EXPIRED') AS expired,
@@ -80,7 +81,7 @@ public final class QueueGauges: Sendable {
 
     /// Counts the queue with the cheap statement.
     public static func compute(_ connection: PostgresConnection) throws -> Snapshot {
-        let row = try connection.query(countSQL)[0]
+        let row = try connection.query(countQuery)[0]
         let expired = try row["expired"].int()
         let finished = try row["finished"].optionalInt() ?? 0
         return Snapshot(events: [.pending: try row["pending"].int(), .dead: try row["dead"].int(), .expired: expired,

@@ -41,12 +41,20 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: String) { appendInterpolation(PostgresValue.text(value)) }
         public mutating func appendInterpolation(_ value: String?) { appendInterpolation(PostgresValue.optional(value)) }
         public mutating func appendInterpolation(_ value: Int) { appendInterpolation(PostgresValue.int(value)) }
+        public mutating func appendInterpolation(_ value: Int64) { appendInterpolation(PostgresValue.int(value)) }
+        public mutating func appendInterpolation(_ value: Int?) { appendInterpolation(value.map { PostgresValue.int(Int64($0)) } ?? .null) }
+        public mutating func appendInterpolation(_ value: Int64?) { appendInterpolation(value.map(PostgresValue.int) ?? .null) }
+        public mutating func appendInterpolation(_ value: Double?) { appendInterpolation(value.map(PostgresValue.double) ?? .null) }
         public mutating func appendInterpolation(_ value: Double) { appendInterpolation(PostgresValue.double(value)) }
         public mutating func appendInterpolation(_ value: Bool) { appendInterpolation(PostgresValue.bool(value)) }
         public mutating func appendInterpolation(_ value: Date) { appendInterpolation(PostgresValue.timestamp(value)) }
         public mutating func appendInterpolation(_ value: Date?) { appendInterpolation(value.map(PostgresValue.timestamp) ?? .null) }
         public mutating func appendInterpolation(_ value: [String]) { appendInterpolation(PostgresValue.textArray(value)) }
         public mutating func appendInterpolation(_ value: [Int]) { appendInterpolation(PostgresValue.intArray(value.map(Int64.init))) }
+        public mutating func appendInterpolation(_ value: [Int64]) { appendInterpolation(PostgresValue.intArray(value)) }
+        public mutating func appendInterpolation(_ value: [String?]) { appendInterpolation(PostgresValue.optionalTextArray(value)) }
+        public mutating func appendInterpolation(_ value: [Double]) { appendInterpolation(PostgresValue.doubleArray(value)) }
+        public mutating func appendInterpolation(_ value: [Date]) { appendInterpolation(PostgresValue.timestampArray(value)) }
 
         /// Another query's SQL, spliced in; its `$n` are renumbered after the parameters already bound here.
         public mutating func appendInterpolation(sql fragment: PostgresQuery) {
@@ -72,15 +80,42 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
     }
 }
 
+extension PostgresQuery {
+    /// The text with each `$n` written as `placeholder(n, value)` instead: a statement handed to a tool with
+    /// placeholders of its own (pgbench's `:name`). A `$` not followed by digits is kept.
+    public func sql(placeholder: (_ number: Int, _ value: PostgresValue) -> String) -> String {
+        var out = ""
+        var text = Substring(sql)
+        while let dollar = text.firstIndex(of: "$") {
+            out += text[..<dollar]
+            let digits = text[text.index(after: dollar)...].prefix { $0.isASCII && $0.isNumber }
+            if let number = Int(digits), number >= 1, number <= binds.count {
+                out += placeholder(number, binds[number - 1])
+            } else {
+                out += "$" + digits
+            }
+            text = text[text.index(after: dollar)...].dropFirst(digits.count)
+        }
+        return out + text
+    }
+}
+
 extension PostgresClient {
     /// Runs one query (see `query(_:_:)`).
     @discardableResult
     public func query(_ query: PostgresQuery) async throws -> PostgresRows {
         try await self.query(query.sql, query.binds)
     }
+
+    /// Runs independent queries in one transaction, in one round trip (see `pipelinedTransaction(_:settings:)`).
+    @discardableResult
+    public func pipelinedTransaction(_ queries: [PostgresQuery], settings: TransactionSettings? = nil) async throws -> [PostgresRows] {
+        try await pipelinedTransaction(queries.map { ($0.sql, $0.binds) }, settings: settings)
+    }
 }
 
 extension PostgresConnection {
+    /// Runs one query (see `query(_:_:)`).
     @discardableResult
     public func query(_ query: PostgresQuery) throws(PostgresError) -> PostgresRows {
         try self.query(query.sql, query.binds)

@@ -23,6 +23,15 @@ public struct PostgresRows: Sendable, Sequence {
 
     public subscript(index: Int) -> PostgresRow { PostgresRow(columns: columns, values: values[index]) }
 
+    /// A column found by name once per result, for reading many rows without a lookup per cell
+    /// (`let id = rows.column("id")`, then `row[id]`); a missing column is a programming error and traps.
+    public func column(_ name: String) -> PostgresColumn {
+        guard let index = columns.firstIndex(of: name) else {
+            preconditionFailure("result has no column \(name); columns: \(columns)")
+        }
+        return PostgresColumn(name: name, index: index)
+    }
+
     public func makeIterator() -> AnyIterator<PostgresRow> {
         var index = 0
         return AnyIterator {
@@ -46,8 +55,18 @@ public struct PostgresRow: Sendable {
         return PostgresCell(column: column, text: values[index])
     }
 
-    /// The cell at a 0-based position (hot paths: no name lookup).
+    /// The cell at a 0-based position.
     public subscript(_ index: Int) -> PostgresCell { PostgresCell(column: columns[index], text: values[index]) }
+
+    /// The cell of a column resolved once for the whole result (`PostgresRows.column`): by name, without a lookup per row.
+    public subscript(_ column: PostgresColumn) -> PostgresCell { PostgresCell(column: column.name, text: values[column.index]) }
+}
+
+/// A result column by name, with its position resolved (`PostgresRows.column`).
+public struct PostgresColumn: Sendable {
+    /// The column's name, for errors.
+    public let name: String
+    let index: Int
 }
 
 /// One value in text format, decoded on request.

@@ -24,25 +24,40 @@ public struct SingletonLease: Sendable {
         )
         """
 
-    static let acquireSQL = """
-        INSERT INTO "\(table)" AS l (name, holder, "expiresAt")
-        VALUES ($1, $2, now() + make_interval(secs => $3::double precision))
+    /// The table's name as SQL (a constant, never a value).
+    static let tableSQL = PostgresQuery(stringLiteral: PostgresConnection.quoteIdentifier(table))
+
+    /// Takes lease `name` for `holder` for `duration`, or renews it: a row back when taken.
+    static func acquireQuery(name: String, holder: String, duration: Duration) -> PostgresQuery {
+        """
+        INSERT INTO \(sql: tableSQL) AS l (name, holder, "expiresAt")
+        VALUES (\(name), \(holder), now() + make_interval(secs => \(duration.asSeconds)::double precision))
         ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "expiresAt" = EXCLUDED."expiresAt"
         WHERE l.holder = EXCLUDED.holder OR l."expiresAt" < now()
         RETURNING holder
         """
+    }
 
-    static let releaseSQL = """
-        UPDATE "\(table)" SET "expiresAt" = '-infinity' WHERE name = $1 AND holder = $2
+    /// Ends `holder`'s lease `name` now.
+    static func releaseQuery(name: String, holder: String) -> PostgresQuery {
         """
+        UPDATE \(sql: tableSQL) SET "expiresAt" = '-infinity' WHERE name = \(name) AND holder = \(holder)
+        """
+    }
 
-    static let publishSQL = """
-        UPDATE "\(table)" SET state = $3, "stateAt" = now() WHERE name = $1 AND holder = $2
+    /// Stores `state` beside `holder`'s lease `name`.
+    static func publishQuery(name: String, holder: String, state: String) -> PostgresQuery {
         """
+        UPDATE \(sql: tableSQL) SET state = \(state), "stateAt" = now() WHERE name = \(name) AND holder = \(holder)
+        """
+    }
 
-    static let stateSQL = """
-        SELECT state, extract(epoch FROM now() - "stateAt")::double precision AS age FROM "\(table)" WHERE name = $1
+    /// The state last published beside lease `name`, and its age in seconds.
+    static func stateQuery(name: String) -> PostgresQuery {
         """
+        SELECT state, extract(epoch FROM now() - "stateAt")::double precision AS age FROM \(sql: tableSQL) WHERE name = \(name)
+        """
+    }
 
     /// The loop's name, e.g. `retention`.
     public let name: String
@@ -59,22 +74,22 @@ public struct SingletonLease: Sendable {
 
     /// Takes the lease, or renews it when this holder has it. False when another holder's lease runs.
     public func acquire(_ connection: PostgresConnection) throws(PostgresError) -> Bool {
-        !(try connection.query(Self.acquireSQL, [.text(name), .text(holder), .double(duration.asSeconds)])).isEmpty
+        !(try connection.query(Self.acquireQuery(name: name, holder: holder, duration: duration))).isEmpty
     }
 
     /// Gives the lease up at once (no-op when this holder does not have it).
     public func release(_ connection: PostgresConnection) throws(PostgresError) {
-        try connection.query(Self.releaseSQL, [.text(name), .text(holder)])
+        try connection.query(Self.releaseQuery(name: name, holder: holder))
     }
 
     /// Stores a small result (e.g. JSON) beside the lease for the other instances to read.
     public func publish(_ state: String, on connection: PostgresConnection) throws(PostgresError) {
-        try connection.query(Self.publishSQL, [.text(name), .text(holder), .text(state)])
+        try connection.query(Self.publishQuery(name: name, holder: holder, state: state))
     }
 
     /// The last published state of `name` and its age in seconds, nil when none was published.
     public static func state(of name: String, on connection: PostgresConnection) throws(PostgresError) -> (state: String, ageSeconds: Double)? {
-        guard let row = try connection.query(stateSQL, [.text(name)]).first, let state = row["state"].optionalString() else { return nil }
+        guard let row = try connection.query(stateQuery(name: name)).first, let state = row["state"].optionalString() else { return nil }
         return (state, row["age"].optionalString().flatMap(Double.init) ?? 0)
     }
 

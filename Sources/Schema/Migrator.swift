@@ -22,6 +22,43 @@ public struct Migrator: Sendable {
 
     public init() {}
 
+    /// The bookkeeping table's name as SQL (a constant, never a value).
+    static let bookkeepingSQL = PostgresQuery(stringLiteral: PostgresConnection.quoteIdentifier(bookkeepingTable))
+
+    /// Creates the bookkeeping table when missing.
+    static let createBookkeepingSQL = """
+        CREATE TABLE IF NOT EXISTS "\(bookkeepingTable)" (
+            version integer PRIMARY KEY,
+            name text NOT NULL,
+            "appliedAt" timestamptz NOT NULL DEFAULT now()
+        )
+        """
+
+    /// The versions recorded (`version`).
+    static let appliedVersionsQuery: PostgresQuery = "SELECT version FROM \(sql: bookkeepingSQL)"
+
+    /// The newest version recorded (`v`, NULL when none).
+    static let currentVersionQuery: PostgresQuery = "SELECT max(version) AS v FROM \(sql: bookkeepingSQL)"
+
+    /// Records migration `version` as applied.
+    static func recordQuery(version: Int, name: String) -> PostgresQuery {
+        "INSERT INTO \(sql: bookkeepingSQL) (version, name) VALUES (\(version), \(name)) ON CONFLICT (version) DO NOTHING"
+    }
+
+    /// Whether the relation named `relation` (quoted as SQL writes it) exists in the search path (`present`).
+    static func existsQuery(relation: String) -> PostgresQuery {
+        "SELECT to_regclass(\(relation)) IS NOT NULL AS present"
+    }
+
+    /// Index `quoted`'s state: `valid`, and whether a session is `building` it now (no row: no such index).
+    static func indexStateQuery(quoted: String) -> PostgresQuery {
+        """
+        SELECT i.indisvalid AS valid,
+               EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid) AS building
+        FROM pg_index i WHERE i.indexrelid = to_regclass(\(quoted))
+        """
+    }
+
     /// Result of one `migrate` run.
     public struct Report: Sendable, Equatable {
         /// Versions applied by this run (empty when already current).
@@ -51,20 +88,14 @@ public struct Migrator: Sendable {
                 + missing.map { "\"\($0)\"" }.joined(separator: ", ")
                 + " (run the API's Prisma migrations first; SPEC §2.1)")
         }
-        try Self.createIfMissing(connection, """
-            CREATE TABLE IF NOT EXISTS "\(Self.bookkeepingTable)" (
-                version integer PRIMARY KEY,
-                name text NOT NULL,
-                "appliedAt" timestamptz NOT NULL DEFAULT now()
-            )
-            """)
+        try Self.createIfMissing(connection, Self.createBookkeepingSQL)
         try Self.createIfMissing(connection, SingletonLease.createTableSQL)
 
         let lease = SingletonLease(name: "migrate", duration: .seconds(120))
         try waitForLease(lease, connection)
         defer { _ = try? lease.release(connection) }
 
-        let done = Set(try connection.query("SELECT version FROM \"\(Self.bookkeepingTable)\"").map { try $0["version"].int() })
+        let done = Set(try connection.query(Self.appliedVersionsQuery).map { try $0["version"].int() })
         var report = Report(applied: [], currentVersion: Migrations.all.map(\.version).max() ?? 0)
         let settings = TransactionSettings(values: [("lock_timeout", "\(Int(lockTimeout.asSeconds * 1000))ms"), ("statement_timeout", "0")])
         for migration in Migrations.all where !done.contains(migration.version) {
@@ -79,8 +110,7 @@ public struct Migrator: Sendable {
                 _ = try lease.acquire(connection)  // renew: an index build may take a while
                 try Self.buildConcurrently(index, connection)
             }
-            try connection.query("INSERT INTO \"\(Self.bookkeepingTable)\" (version, name) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
-                                 [.int(migration.version), .text(migration.name)])
+            try connection.query(Self.recordQuery(version: migration.version, name: migration.name))
             report.applied.append(migration.version)
         }
         return report
@@ -116,22 +146,18 @@ public struct Migrator: Sendable {
     /// interrupted build (unless a build of it is running right now); fails if the index is not valid after.
     static func buildConcurrently(_ index: ConcurrentIndex, _ connection: PostgresConnection) throws {
         let quoted = PostgresConnection.quoteIdentifier(index.name)
-        let stateSQL = """
-            SELECT i.indisvalid AS valid,
-                   EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid) AS building
-            FROM pg_index i WHERE i.indexrelid = to_regclass($1)
-            """
-        var state = try connection.query(stateSQL, [.text(quoted)]).first
+        let stateQuery = indexStateQuery(quoted: quoted)
+        var state = try connection.query(stateQuery).first
         while let row = state, try !row["valid"].bool(), try row["building"].bool() {
             sleepThread(for: .milliseconds(500))  // another session is building it: wait for its outcome
-            state = try connection.query(stateSQL, [.text(quoted)]).first
+            state = try connection.query(stateQuery).first
         }
         if let row = state, try !row["valid"].bool() {
             try connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(quoted)")
             state = nil
         }
         if state == nil { try connection.execute(index.createSQL) }
-        guard try connection.query(stateSQL, [.text(quoted)]).first?["valid"].bool() == true else {
+        guard try connection.query(stateQuery).first?["valid"].bool() == true else {
             throw PostgresError(.queryFailed, message: "index \(quoted) is not valid after CREATE INDEX CONCURRENTLY; run `migrate` again")
         }
     }
@@ -148,23 +174,23 @@ public struct Migrator: Sendable {
 
     /// Versions of `Migrations.all` the database has not recorded (all of them before the first `migrate`).
     public static func missingVersions(_ connection: PostgresConnection) throws -> [Int] {
-        let exists = try connection.query("SELECT to_regclass($1) IS NOT NULL AS present", [.text("\"\(bookkeepingTable)\"")])
+        let exists = try connection.query(existsQuery(relation: "\"\(bookkeepingTable)\""))
         guard try exists.first?["present"].bool() == true else { return Migrations.all.map(\.version) }
-        let done = Set(try connection.query("SELECT version FROM \"\(bookkeepingTable)\"").map { try $0["version"].int() })
+        let done = Set(try connection.query(appliedVersionsQuery).map { try $0["version"].int() })
         return Migrations.all.map(\.version).filter { !done.contains($0) }
     }
 
     /// The schema version recorded in the database, or nil before the first `migrate`.
     public static func currentVersion(_ connection: PostgresConnection) throws -> Int? {
-        let exists = try connection.query("SELECT to_regclass($1) IS NOT NULL AS present", [.text("\"\(bookkeepingTable)\"")])
+        let exists = try connection.query(existsQuery(relation: "\"\(bookkeepingTable)\""))
         guard try exists.first?["present"].bool() == true else { return nil }
-        return try connection.query("SELECT max(version) AS v FROM \"\(bookkeepingTable)\"").first?["v"].optionalInt()
+        return try connection.query(currentVersionQuery).first?["v"].optionalInt()
     }
 
     /// API tables of SPEC §2.1 that do not exist in the connection's search path.
     public static func missingAPITables(_ connection: PostgresConnection) throws -> [String] {
         try Migrations.requiredAPITables.filter { table in
-            let rows = try connection.query("SELECT to_regclass($1) IS NOT NULL AS present", [.text("\"\(table)\"")])
+            let rows = try connection.query(existsQuery(relation: "\"\(table)\""))
             return try rows.first?["present"].bool() != true
         }
     }

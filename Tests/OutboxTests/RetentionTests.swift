@@ -83,7 +83,7 @@ struct RetentionTests {
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 30)
                 """#)
             try db.connection.query(#"VACUUM ANALYZE "PushOutbox""#)
-            let plan = try db.connection.query("EXPLAIN " + QueueGauges.countSQL).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
+            let plan = try db.connection.query("EXPLAIN \(sql: QueueGauges.countQuery)" as PostgresQuery).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             #expect(!plan.contains("Seq Scan"), "\(plan)")
             let snapshot = try QueueGauges.compute(db.connection)
             #expect(snapshot.events[.pending] == 30)
@@ -115,7 +115,8 @@ struct RetentionTests {
                 """#)
             try db.connection.query(#"ANALYZE "PushOutbox""#)
             let plan = try db.connection.withTransaction { connection in
-                try connection.query("EXPLAIN " + OutboxStore.claimSQL, [.int(100), .text("w"), .text(UUID().uuidString), .double(60), .double(86_400)])
+                let claim = OutboxStore.claimQuery(limit: 100, worker: "w", token: LeaseToken(), lease: .seconds(60), maxAge: .seconds(86_400))
+                return try connection.query("EXPLAIN \(sql: claim)" as PostgresQuery)
                     .map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             }
             #expect(plan.contains("PushOutbox_pending_due_idx"))

@@ -34,4 +34,22 @@ struct PostgresQueryTests {
             #expect(throws: PostgresError.self) { try rows.first!.decode((Int, Int).self) }
         }
     }
+
+    @Test func placeholders_rewriteEachBind_forAnotherTool() {
+        let seconds = 60.0
+        let query: PostgresQuery = "SELECT \(7), $$x$$, \(seconds)::double precision, \(seconds)::double precision"
+        let text = query.sql { number, value in value == .int(7) ? ":limit" : ":lease\(number)" }
+        #expect(text == "SELECT :limit, $$x$$, :lease2::double precision, :lease3::double precision")
+    }
+
+    @Test func columns_resolvedOnce_readEveryRowByName() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let rows = try await client.query("SELECT n, 'k' || n AS key FROM generate_series(1, 3) AS n")
+            let key = rows.column("key"), n = rows.column("n")
+            #expect(try rows.map { try $0[key].string() } == ["k1", "k2", "k3"])
+            #expect(try rows.map { try $0[n].int() } == [1, 2, 3])
+            #expect(rows.first![key].column == "key")
+        }
+    }
 }
