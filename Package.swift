@@ -61,20 +61,22 @@ let package = Package(
 
         // The loopback FCM + Google OAuth emulator (tests, demo, benchmark).
         .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto", "Timekeeping"]),
-        .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
+        .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator", "HTTPServer"]),
         // The FCM sender alone, for scripts/bench-sender.
         .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
+        // docs/architecture.md's module floors, checked against this file and the sources' imports.
+        .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "Logging", "Metrics", "CCurl", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
