@@ -11,7 +11,7 @@ import TestSupport
 @Suite("Daemon as systemd runs it", .serialized)
 struct DaemonTests {
     /// A running daemon against a database, the emulator and a notify socket.
-    final class Rig: @unchecked Sendable {
+    final class Rig: Sendable {
         let emulator: FCMEmulator
         let notify: NotifySocket
         let process = Process()
