@@ -20,14 +20,22 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // Wrapper modules: the only importers of their C library; they own the handles.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "Timekeeping"]),
-        .target(name: "HTTP", dependencies: ["CCurl", "Crypto", "Timekeeping"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "Threads", "Timekeeping", "TextSupport"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Crypto", "Threads", "Timekeeping", "ErrorCodes"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .target(name: "Crypto", dependencies: ["COpenSSL", "Timekeeping"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "ErrorCodes"]),
         .target(name: "Systemd", dependencies: ["CSystemd"]),
 
+        // OS threads, for the wrappers whose loops block in C (libpq's socket wait, curl_multi_poll).
+        .target(name: "Threads"),
+
         // Domain modules: plain, safe Swift.
+        // Durations, backoff, civil dates, timestamp reading, a blocking sleep.
         .target(name: "Timekeeping"),
+        // `ErrorCode<Family>` and `CodedError`: the shape of every module's error struct.
+        .target(name: "ErrorCodes"),
+        // Foundation-free string helpers: trimming whitespace, zero padding, fixed decimals.
+        .target(name: "TextSupport"),
         .target(name: "JSON"),
         // The push contract between the engine and whatever sends: DoseTakenPush, SendOutcome, PushSender.
         .target(name: "Push"),
@@ -35,15 +43,15 @@ let package = Package(
         .target(name: "Logging", dependencies: ["Systemd"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
-        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping"]),
-        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping"]),
+        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport"]),
+        .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping", "ErrorCodes", "TextSupport"]),
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
         // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
         // its queries beside it; each returns one report value rendered as text or `--json`.
         .target(name: "OperatorCommands", dependencies: [
-            "Postgres", "Schema", "HTTP", "Crypto", "JSON", "Logging", "Metrics", "WorkerConfig", "FCM", "AppStore", "Outbox", "Timekeeping",
+            "Postgres", "Schema", "HTTP", "Crypto", "JSON", "Logging", "Metrics", "WorkerConfig", "FCM", "AppStore", "Outbox", "Timekeeping", "TextSupport",
         ]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
@@ -53,20 +61,22 @@ let package = Package(
 
         // The loopback FCM + Google OAuth emulator (tests, demo, benchmark).
         .target(name: "FCMEmulator", dependencies: ["HTTPServer", "Crypto", "Timekeeping"]),
-        .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator"]),
+        .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator", "HTTPServer"]),
         // The FCM sender alone, for scripts/bench-sender.
         .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
+        // docs/architecture.md's module floors, checked against this file and the sources' imports.
+        .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "TestSupport"]),
-        .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "Logging", "Metrics", "CCurl", "TestSupport"]),
+        .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "TestSupport"]),
+        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,5 @@
 import COpenSSL
-import Timekeeping
+import ErrorCodes
 
 /// Errors from the Crypto module. Descriptions never contain key material.
 public struct CryptoError: CodedError {

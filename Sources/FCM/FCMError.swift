@@ -1,4 +1,4 @@
-import Timekeeping
+import ErrorCodes
 
 /// Errors of the FCM module that are not send outcomes: credentials and token minting.
 public struct FCMError: CodedError {

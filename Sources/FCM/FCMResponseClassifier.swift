@@ -1,6 +1,7 @@
 import FoundationEssentials
 import JSON
 import Push
+import TextSupport
 import Timekeeping
 
 /// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.

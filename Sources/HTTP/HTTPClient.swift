@@ -3,7 +3,7 @@ import Crypto
 import FoundationEssentials
 import Glibc
 import Synchronization
-import Timekeeping
+import Threads
 
 /// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe"). It initialises OpenSSL,
 /// so OpenSSL is first told to keep its state until the process is gone (when nothing initialised it before).

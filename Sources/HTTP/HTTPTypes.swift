@@ -1,4 +1,4 @@
-import Timekeeping
+import ErrorCodes
 
 /// An HTTP request method: the common ones by name, any other through a string literal (as in
 /// swift-http-types, a struct rather than a closed enum, so an extension method stays expressible).

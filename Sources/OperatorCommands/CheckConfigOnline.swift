@@ -7,7 +7,7 @@ import Logging
 import Metrics
 import Postgres
 import Schema
-import Timekeeping
+import TextSupport
 import WorkerConfig
 
 /// One `check-config --online` line: ok, or what went wrong.

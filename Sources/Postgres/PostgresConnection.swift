@@ -1,6 +1,7 @@
 import CLibPQ
 import FoundationEssentials
 import Glibc
+import TextSupport
 import Timekeeping
 
 /// One libpq connection. Not thread-safe: `PostgresClient` confines each connection to a

@@ -1,6 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import Synchronization
+import Threads
 import Timekeeping
 
 /// Keeps one connection LISTENing on a channel from a dedicated thread and calls `onWake`

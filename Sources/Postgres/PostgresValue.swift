@@ -1,6 +1,6 @@
 import FoundationEssentials
 import Glibc
-import Timekeeping
+import TextSupport
 
 /// A bound statement parameter, sent in text format with the server inferring its type
 /// from the statement (add casts such as `$1::jsonb` where the SQL needs them).

@@ -1,7 +1,7 @@
 import FoundationEssentials
 import Glibc
-import Timekeeping
 import Logging
+import TextSupport
 
 /// Reads and validates single variables; every error names the variable. A bad value is recorded in `errors` and the
 /// default returned, so one pass finds every bad setting, not only the first (SPEC §5).

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import TextSupport
 import Timekeeping
 
 /// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.

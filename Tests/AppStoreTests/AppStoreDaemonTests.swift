@@ -47,15 +47,13 @@ struct AppStoreDaemonTests {
             process.standardError = FileHandle.nullDevice
             try process.run()
             defer { if process.isRunning { process.terminate(); process.waitUntilExit() } }
-            for _ in 0..<2000 where production.stalledNow == 0 || production.requests.count < 2 {
-                try await Task.sleep(for: .milliseconds(10))
+            try await eventually("Apple holds a lookup after at least two requests", timeout: .seconds(20), every: .milliseconds(10)) {
+                production.stalledNow > 0 && production.requests.count >= 2
             }
             #expect(production.stalledNow == 1 && production.requests.count >= 2)  // mid-pass, a lookup in flight
 
-            let signalled = ContinuousClock.now
             process.terminate()  // SIGTERM
-            while process.isRunning, ContinuousClock.now - signalled < .seconds(5) { try await Task.sleep(for: .milliseconds(20)) }
-            #expect(!process.isRunning, "still running SHUTDOWN_TIMEOUT after SIGTERM")
+            try await eventually("the worker exits within SHUTDOWN_TIMEOUT of SIGTERM", timeout: .seconds(5)) { !process.isRunning }
             process.waitUntilExit()
             #expect(process.terminationStatus == 0)
             #expect(production.stalledNow == 1)  // it did not wait for Apple's answer

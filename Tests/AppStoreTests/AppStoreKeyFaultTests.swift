@@ -49,12 +49,10 @@ struct AppStoreKeyFaultTests {
 
             production.refuseAll(false)
             // The pause (5 s, doubled per refusal in flight) ends and the next pass goes out by itself.
-            let deadline = ContinuousClock.now + .seconds(40)
-            while statuses.withLock({ $0.last }) != .some(nil), ContinuousClock.now < deadline {
+            try await eventually("a pass goes out and the environment's pause is cleared", timeout: .seconds(40), every: .milliseconds(500)) {
                 _ = try await rechecker.runOnce()
-                try await Task.sleep(for: .milliseconds(500))
+                return statuses.withLock { $0.last } == .some(nil)
             }
-            #expect(statuses.withLock { $0.last } == .some(nil))
             let checked = try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE "lastCheckedAt" IS NOT NULL OR "checkFailures" > 0"#)
             #expect(try checked[0]["n"].int() == 2)
             #expect(try await EntitlementRecheckerTests.row(db, "e-1").status == "ACTIVE")  // the verified answer restored it

@@ -146,7 +146,7 @@ struct EntitlementSchedulingTests {
             for n in 1...30 { try await R.insert(rig.db, id: "b-\(n)", transaction: "75\(String(format: "%08d", n))") }
             let loop = Task { await rig.rechecker.run() }
             // Mid-pass: one lookup held by Apple, the others waiting for their rate slots.
-            for _ in 0..<500 where rig.production.stalledNow == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually("Apple holds a lookup", timeout: .seconds(5), every: .milliseconds(10)) { rig.production.stalledNow > 0 }
             #expect(rig.production.stalledNow == 1)
             loop.cancel()
             await loop.value  // returns without waiting for the stalled answer or the remaining slots

@@ -1,13 +1,14 @@
 import Crypto
 import Foundation
 import HTTPServer
+import Synchronization
 import TestSupport
 
 /// A loopback App Store Server API over TLS: checks the client's ES256 JWT the way Apple does, then answers
 /// Get Transaction Info per transaction id (signed transaction, 404 errorCode 4040010, 429 with Retry-After in UNIX ms,
 /// a status, or a stall) and Get Notification History (pages of 20, pagination tokens, Apple's date-range and
 /// notificationType checks, signed payloads). Every request's arrival is recorded for rate checks.
-final class FakeAppStore: @unchecked Sendable {
+final class FakeAppStore: Sendable {
     enum Answer: Sendable {
         case signed(String)
         case notFound
@@ -31,20 +32,24 @@ final class FakeAppStore: @unchecked Sendable {
         var signedPayload: String
     }
 
-    private let lock = NSLock()
-    private var answers: [String: Answer] = [:]
-    private(set) var requestedIds: [String] = []
-    private(set) var refusedTokens = 0
-    private var arrivals: [ContinuousClock.Instant] = []
-    private var notifications: [Recorded] = []
-    private var tokens: [String: (query: HistoryQuery, offset: Int)] = [:]
-    private var queries: [HistoryQuery] = []
-    private var historyFailure: Int?
-    private var historyFailAfter = 0
-    private var stalled = 0
-    private var stopping = false
-    private var refusingAll = false
-    private var server: HTTPServer!
+    private struct State {
+        var answers: [String: Answer] = [:]
+        var requestedIds: [String] = []
+        var refusedTokens = 0
+        var arrivals: [ContinuousClock.Instant] = []
+        var notifications: [Recorded] = []
+        var tokens: [String: (query: HistoryQuery, offset: Int)] = [:]
+        var queries: [HistoryQuery] = []
+        var historyFailure: Int?
+        var historyFailAfter = 0
+        var stalled = 0
+        var stopping = false
+        var refusingAll = false
+    }
+
+    private let state = Mutex(State())
+    /// Set once at the end of `init` (its handler needs `self`).
+    private let server = Mutex<HTTPServer?>(nil)
     let apiPublicKey: PublicKey
     let keyId: String
     let issuerId: String
@@ -60,58 +65,59 @@ final class FakeAppStore: @unchecked Sendable {
         self.bundleId = bundleId
         self.historyDays = historyDays
         let fixtures = TLSFixtures.shared
-        server = try HTTPServer(tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)) {
+        let server = try HTTPServer(tls: TLSIdentity(certificatePEM: fixtures.serverCertificatePEM, privateKeyPEM: fixtures.serverKeyPEM)) {
             [unowned self] request in self.handle(request)
         }
+        self.server.withLock { $0 = server }
     }
 
-    var baseURL: String { "https://127.0.0.1:\(server.port)" }
-    var requests: [String] { lock.withLock { requestedIds } }
-    var refused: Int { lock.withLock { refusedTokens } }
+    var baseURL: String { "https://127.0.0.1:\(server.withLock { $0!.port })" }
+    var requests: [String] { state.withLock { $0.requestedIds } }
+    var refused: Int { state.withLock { $0.refusedTokens } }
     /// When each authenticated request arrived (lookups and history).
-    var arrivalTimes: [ContinuousClock.Instant] { lock.withLock { arrivals } }
-    var historyQueries: [HistoryQuery] { lock.withLock { queries } }
+    var arrivalTimes: [ContinuousClock.Instant] { state.withLock { $0.arrivals } }
+    var historyQueries: [HistoryQuery] { state.withLock { $0.queries } }
     /// Requests currently held by `.stall`.
-    var stalledNow: Int { lock.withLock { stalled } }
+    var stalledNow: Int { state.withLock { $0.stalled } }
 
-    func answer(_ transactionId: String, _ answer: Answer) { lock.withLock { answers[transactionId] = answer } }
+    func answer(_ transactionId: String, _ answer: Answer) { state.withLock { $0.answers[transactionId] = answer } }
 
     /// Apple records a notification (it shows in the history from `atMillis`, default now).
     func record(_ type: String, signedPayload: String, atMillis: Int64? = nil) {
         let at = atMillis ?? Int64(Date().timeIntervalSince1970 * 1000)
-        lock.withLock { notifications.append(Recorded(type: type, atMillis: at, signedPayload: signedPayload)) }
+        state.withLock { $0.notifications.append(Recorded(type: type, atMillis: at, signedPayload: signedPayload)) }
     }
 
     /// Makes history calls answer `status` once `after` more have been answered normally (nil: answer normally again).
     func failHistory(with status: Int?, after: Int = 0) {
-        lock.withLock {
-            historyFailure = status
-            historyFailAfter = queries.count + after
+        state.withLock {
+            $0.historyFailure = status
+            $0.historyFailAfter = $0.queries.count + after
         }
     }
 
     /// Answers 401 to every request, as Apple does to a revoked key (until called with false).
-    func refuseAll(_ refuse: Bool = true) { lock.withLock { refusingAll = refuse } }
+    func refuseAll(_ refuse: Bool = true) { state.withLock { $0.refusingAll = refuse } }
 
     func stop() {
-        lock.withLock { stopping = true }
-        server.stop()
+        state.withLock { $0.stopping = true }
+        server.withLock { $0 }?.stop()
     }
 
     private func handle(_ request: HTTPServerRequest) -> HTTPServerResponse {
         guard let auth = request.headers["authorization"], auth.hasPrefix("Bearer "), verifyJWT(String(auth.dropFirst(7))),
-              !lock.withLock({ refusingAll }) else {
-            lock.withLock { refusedTokens += 1 }
+              !state.withLock({ $0.refusingAll }) else {
+            state.withLock { $0.refusedTokens += 1 }
             return HTTPServerResponse(status: 401, body: Array("Unauthenticated".utf8))
         }
-        lock.withLock { arrivals.append(.now) }
+        state.withLock { $0.arrivals.append(.now) }
         if request.method == "POST", request.path == "/inApps/v1/notifications/history" { return history(request) }
         let prefix = "/inApps/v1/transactions/"
         guard request.method == "GET", request.path.hasPrefix(prefix) else { return .json(404, #"{"errorCode":4040000}"#) }
         let id = String(request.path.dropFirst(prefix.count))
-        let answer = lock.withLock { () -> Answer? in
-            requestedIds.append(id)
-            return answers[id]
+        let answer = state.withLock { state -> Answer? in
+            state.requestedIds.append(id)
+            return state.answers[id]
         }
         switch answer {
         case .signed(let jws)?: return .json(200, #"{"signedTransactionInfo":"\#(jws)"}"#)
@@ -119,9 +125,9 @@ final class FakeAppStore: @unchecked Sendable {
             return .json(429, #"{"errorCode":4290000,"errorMessage":"Rate limit exceeded."}"#, headers: ["Retry-After": "\(millis)"])
         case .status(let status)?: return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
         case .stall?:
-            lock.withLock { stalled += 1 }
-            for _ in 0..<3000 where !lock.withLock({ stopping }) { Thread.sleep(forTimeInterval: 0.01) }
-            lock.withLock { stalled -= 1 }
+            state.withLock { $0.stalled += 1 }
+            for _ in 0..<3000 where !state.withLock({ $0.stopping }) { Thread.sleep(forTimeInterval: 0.01) }
+            state.withLock { $0.stalled -= 1 }
             return .json(500, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
         case .notFound?, nil: return .json(404, #"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#)
         }
@@ -138,9 +144,9 @@ final class FakeAppStore: @unchecked Sendable {
         let type = body["notificationType"] as? String
         let query = HistoryQuery(startMillis: start, endMillis: end, type: type, paginationToken: request.query["paginationToken"])
         let nowMillis = Int64(Date().timeIntervalSince1970 * 1000)
-        return lock.withLock { () -> HTTPServerResponse in
-            queries.append(query)
-            if let status = historyFailure, queries.count > historyFailAfter { return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#) }
+        return state.withLock { state -> HTTPServerResponse in
+            state.queries.append(query)
+            if let status = state.historyFailure, state.queries.count > state.historyFailAfter { return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#) }
             guard start < end else { return bad(4_000_013, "Invalid request. The end date precedes the start date or the dates are the same.") }
             guard start >= nowMillis - historyDays * 86_400_000 else { return bad(4_000_012, "Invalid request. The start date is earlier than the allowed start date.") }
             // This fake insists on one notificationType per query (the worker makes one query per type) and no transactionId with it.
@@ -149,13 +155,13 @@ final class FakeAppStore: @unchecked Sendable {
             }
             var offset = 0
             if let token = query.paginationToken {
-                guard let saved = tokens[token], saved.query.startMillis == start, saved.query.endMillis == end, saved.query.type == type else {
+                guard let saved = state.tokens[token], saved.query.startMillis == start, saved.query.endMillis == end, saved.query.type == type else {
                     return bad(4_000_014, "Invalid request. The pagination token is invalid.")
                 }
                 offset = saved.offset
             }
             let effectiveEnd = min(end, nowMillis)
-            let matching = notifications.filter { $0.type == type && $0.atMillis >= start && $0.atMillis < effectiveEnd }.sorted { $0.atMillis < $1.atMillis }
+            let matching = state.notifications.filter { $0.type == type && $0.atMillis >= start && $0.atMillis < effectiveEnd }.sorted { $0.atMillis < $1.atMillis }
             let page = matching.dropFirst(offset).prefix(Self.pageSize)
             let hasMore = offset + page.count < matching.count
             var response: [String: Any] = [
@@ -165,7 +171,7 @@ final class FakeAppStore: @unchecked Sendable {
             ]
             if hasMore {
                 let token = UUID().uuidString
-                tokens[token] = (HistoryQuery(startMillis: start, endMillis: end, type: type, paginationToken: nil), offset + page.count)
+                state.tokens[token] = (HistoryQuery(startMillis: start, endMillis: end, type: type, paginationToken: nil), offset + page.count)
                 response["paginationToken"] = token
             }
             let data = (try? JSONSerialization.data(withJSONObject: response)) ?? Data()

@@ -186,18 +186,9 @@ struct FCMSenderTests {
         // The send does not wait for Google: it goes out with the old token while a refresh runs in the background.
         let requestsBefore = rig.emulator.stats.tokenRequests
         guard case .sent = await rig.sender.send(Self.push("good-3")) else { Issue.record("not sent"); return }
-        #expect(try await Self.eventually { rig.emulator.stats.tokensIssued == 2 })
+        try await eventually("the background refresh issues a second token") { rig.emulator.stats.tokensIssued == 2 }
         #expect(rig.emulator.receivedMessages.count == 3)
         #expect(rig.emulator.stats.tokenRequests == requestsBefore + 1)
-    }
-
-    static func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return condition()
     }
 
     /// Google refuses the service account (400 invalid_grant "Invalid JWT Signature."): sends are retried, never
@@ -277,12 +268,11 @@ struct FCMSenderTests {
 }
 
 /// A settable clock for token-expiry tests.
-final class TestClock: @unchecked Sendable {
-    private let lock = NSLock()
-    private var current: Date
-    init(_ start: Date) { current = start }
+final class TestClock: Sendable {
+    private let current: Mutex<Date>
+    init(_ start: Date) { current = Mutex(start) }
     var now: Date {
-        get { lock.withLock { current } }
-        set { lock.withLock { current = newValue } }
+        get { current.withLock { $0 } }
+        set { current.withLock { $0 = newValue } }
     }
 }

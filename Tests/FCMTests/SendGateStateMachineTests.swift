@@ -304,7 +304,7 @@ struct SendGateStateMachineTests {
         #expect(metrics.value("fcm_send_paused") == 1)
         gate.submit(held("b"))
         gate.submit(held("c"))
-        #expect(try await FCMSenderTests.eventually { events.withLock { $0.contains("run b#2") } })
+        #expect(try await eventually("the probe b runs once the pause ends") { events.withLock { $0.contains("run b#2") } })
         #expect(metrics.value("fcm_probes_total") == 1)
         gate.healthy(ticket: 2)
         gate.submit(held("d"))

@@ -38,7 +38,7 @@ struct SendRateTests {
         #expect(record.runs == 1)
         #expect(metrics.value("fcm_send_rate_waits_total") == 5)
         #expect(metrics.value("fcm_send_rate_limit") == 20)
-        #expect(try await FCMSenderTests.eventually { record.runs == 6 })
+        try await eventually("all six sends ran") { record.runs == 6 }
         #expect(record.ran.withLock { $0 } == [1, 2, 3, 4, 5, 6])
     }
 
@@ -51,7 +51,7 @@ struct SendRateTests {
         #expect(record.runs == 1)
         gate.setBudget(nil)
         #expect(metrics.value("fcm_send_rate_limit") == 0)
-        #expect(try await FCMSenderTests.eventually { record.runs == 3 })
+        try await eventually("three sends ran") { record.runs == 3 }
         gate.setBudget(0.1)
         for _ in 0..<3 { gate.submit(record.held()) }
         #expect(record.runs == 4)

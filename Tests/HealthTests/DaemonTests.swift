@@ -11,7 +11,7 @@ import TestSupport
 @Suite("Daemon as systemd runs it", .serialized)
 struct DaemonTests {
     /// A running daemon against a database, the emulator and a notify socket.
-    final class Rig: @unchecked Sendable {
+    final class Rig: Sendable {
         let emulator: FCMEmulator
         let notify: NotifySocket
         let process = Process()
@@ -80,12 +80,9 @@ struct DaemonTests {
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
             '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-daemon","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
             """#)
-        var done = false
-        for _ in 0..<100 where !done {
-            done = try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
-            if !done { try await Task.sleep(for: .milliseconds(100)) }
+        try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
+            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
-        #expect(done)
         #expect(rig.emulator.receivedMessages.map(\.token) == [secretToken])
 
         let running = rig.notify.read(until: { $0.contains("WATCHDOG=1") }, seconds: 5)
@@ -141,22 +138,17 @@ struct DaemonTests {
 
         try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS false")
         try await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [.text(name)])
-        var status = 200
-        for _ in 0..<100 where status == 200 {
-            status = try await rig.get("/readyz").status
-            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        try await eventually("/readyz answers 503 with the sessions killed", timeout: .seconds(20), every: .milliseconds(200)) {
+            try await rig.get("/readyz").status == 503
         }
-        #expect(status == 503)
         let body = String(decoding: try await rig.get("/readyz").body, as: UTF8.self)
         #expect(body.contains(#""status":"not_ready""#) && body.contains(#""database":"down: "#))
         #expect(try await rig.get("/healthz").status == 200)  // alive: a restart would not help
 
         try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
-        for _ in 0..<100 where status != 200 {
-            status = try await rig.get("/readyz").status
-            if status != 200 { try await Task.sleep(for: .milliseconds(200)) }
+        try await eventually("/readyz answers 200 again", timeout: .seconds(20), every: .milliseconds(200)) {
+            try await rig.get("/readyz").status == 200
         }
-        #expect(status == 200)
         #expect(rig.process.isRunning)
     }
 
@@ -167,12 +159,9 @@ struct DaemonTests {
         defer { silent.close() }
         let rig = try Rig(databaseURL: "host=127.0.0.1 port=\(silent.port) user=worker dbname=app", extra: ["SHUTDOWN_TIMEOUT": "4s"])
         defer { _ = rig.terminate() }
-        var health = 0
-        for _ in 0..<100 where health != 200 {
-            health = (try? await rig.get("/healthz").status) ?? 0
-            if health != 200 { try await Task.sleep(for: .milliseconds(100)) }
+        try await eventually("/healthz answers 200", timeout: .seconds(10), every: .milliseconds(100)) {
+            (try? await rig.get("/healthz").status) == 200
         }
-        #expect(health == 200)
         try await Task.sleep(for: .seconds(6))  // past the first connect attempt's timeout: a second attempt is under way
         #expect(try await rig.get("/healthz").status == 200)
         let ready = try await rig.get("/readyz")
@@ -210,12 +199,9 @@ struct DaemonTests {
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
             '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-late","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
             """#)
-        var done = false
-        for _ in 0..<100 where !done {
-            done = try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
-            if !done { try await Task.sleep(for: .milliseconds(100)) }
+        try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
+            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
-        #expect(done)
         #expect(rig.emulator.receivedMessages.map(\.token) == ["late-token"])
         #expect(rig.terminate() == 0)
     }
@@ -236,13 +222,10 @@ struct DaemonTests {
         #expect(try await rig.get("/readyz").status == 200)
         cluster.freeze()
         let frozenAt = ContinuousClock.now
-        var status = 200
-        while status == 200, ContinuousClock.now - frozenAt < .seconds(20) {
-            status = try await rig.get("/readyz").status
-            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        try await eventually("/readyz answers 503", timeout: .seconds(20), every: .milliseconds(200)) {
+            try await rig.get("/readyz").status == 503
         }
         let noticed = ContinuousClock.now - frozenAt
-        #expect(status == 503)
         #expect(noticed < .seconds(10), "readiness noticed the frozen database after \(noticed)")
         #expect(String(decoding: try await rig.get("/readyz").body, as: UTF8.self).contains("no answer from the database within"))
         #expect(try await rig.get("/healthz").status == 200)
@@ -261,12 +244,9 @@ struct DaemonTests {
         #expect(try await rig.get("/readyz").status == 200)
 
         cluster.freeze()
-        var status = 200
-        for _ in 0..<150 where status == 200 {
-            status = try await rig.get("/readyz").status
-            if status == 200 { try await Task.sleep(for: .milliseconds(200)) }
+        try await eventually("/readyz answers 503 with the database frozen", timeout: .seconds(30), every: .milliseconds(200)) {
+            try await rig.get("/readyz").status == 503
         }
-        #expect(status == 503)
         #expect(try await rig.get("/healthz").status == 200)
         let clock = ContinuousClock()
         let started = clock.now

@@ -3,6 +3,7 @@ import HTTP
 import Health
 import Metrics
 import Systemd
+import Synchronization
 import Testing
 import TestSupport
 
@@ -10,11 +11,10 @@ import TestSupport
 @Suite("Health endpoints in-process")
 struct HealthServerTests {
     /// Liveness the test controls.
-    final class Loops: @unchecked Sendable {
-        private let lock = NSLock()
-        private var stuck: [String] = []
-        var stalled: [String] { lock.withLock { stuck } }
-        func set(_ names: [String]) { lock.withLock { stuck = names } }
+    final class Loops: Sendable {
+        private let stuck = Mutex<[String]>([])
+        var stalled: [String] { stuck.withLock { $0 } }
+        func set(_ names: [String]) { stuck.withLock { $0 = names } }
     }
 
     func get(_ port: UInt16, _ path: String, method: HTTPMethod = .get) async throws -> HTTPResponse {

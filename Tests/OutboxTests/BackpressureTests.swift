@@ -88,7 +88,7 @@ struct BackpressureTests {
                 let (engine, metrics, _) = makeWorker(conninfo, sender: sender) { $0.maxInFlight = 20 }
                 let stop = StopSignal()
                 async let running: Void = engine.run(until: stop)
-                #expect(try await FCMFaultTests.eventually(30) { try Self.sentRows(db) >= 40 })
+                try await eventually("40 rows are sent", timeout: .seconds(30)) { try Self.sentRows(db) >= 40 }
                 stop.request(grace: .seconds(7))
                 await running
                 let stats = emulator.stats

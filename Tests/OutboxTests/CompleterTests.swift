@@ -4,6 +4,7 @@ import Metrics
 @testable import Outbox
 import Postgres
 import Synchronization
+import TestSupport
 import Testing
 
 /// The writer's linger: it waits for a larger batch only while nobody waits for the slots its items hold.
@@ -19,15 +20,6 @@ struct CompleterTests {
                                   stop: StopSignal(), turn: WriteTurn())
         completer.setStarved(starved)
         return completer
-    }
-
-    /// Waits (at most a minute: only a broken build waits that long) until `condition` holds.
-    static func eventually(_ condition: () -> Bool) async throws {
-        var waited = 0
-        while !condition() && waited < 6_000 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
     }
 
     static func lostGroupEnd(_ raw: Int) -> EngineStateMachine.Action {
@@ -50,7 +42,7 @@ struct CompleterTests {
         let completer = lingeringCompleter(starved: starved)
         let receipts = Receipts()
         let writer = Task { await completer.run(reportingTo: receipts) }
-        try await eventually { completer.isParked }
+        try await eventually("the completer parks", timeout: .seconds(60)) { completer.isParked }
         #expect(completer.isParked)
         return (completer, writer, receipts)
     }
@@ -59,7 +51,7 @@ struct CompleterTests {
         let (completer, writer, receipts) = try await Self.parkedWriter(starved: true)
         completer.accept([Self.lostGroupEnd(1)])
         // The first item reached an idle writer, which would linger an hour if nobody waited.
-        try await Self.eventually { !receipts.all.isEmpty }
+        try await eventually("the writer records a receipt", timeout: .seconds(60)) { !receipts.all.isEmpty }
         #expect(receipts.all == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1)])])
         writer.cancel()  // ends a linger a broken build would be in
         completer.close()
@@ -69,7 +61,7 @@ struct CompleterTests {
     @Test func noSendWaiting_theWriterLingersForABatch_andClosingWritesWhatIsBuffered() async throws {
         let (completer, writer, receipts) = try await Self.parkedWriter(starved: false)
         completer.accept([Self.lostGroupEnd(1)])
-        try await Self.eventually { !completer.isParked }
+        try await eventually("the completer unparks", timeout: .seconds(60)) { !completer.isParked }
         try await Task.sleep(for: .milliseconds(200))
         completer.accept([Self.lostGroupEnd(2)])
         // Still lingering (an hour): nothing written yet; the stop's close ends the linger early.

@@ -155,32 +155,77 @@ struct EngineStateMachineTests {
         #expect(machine.hasRoom(1_000))
     }
 
-    @Test func slotsBoundSendingPlusUnwritten_underAnyInterleaving() {
-        var machine = Machine(slots: 3, highWater: 30)
-        var pending: [PendingSend] = []
-        for event in 0..<5 {
-            let (_, sends) = Self.claim(&machine, key: "doseTaken:g\(event)", eventId: Int64(event), devices: 4)
-            _ = machine.enqueue(sends)
-        }
+    /// Seeds of `interleave`: each a different order of claims, starts, answers (in any order, of every outcome) and
+    /// partial writes. A failing case names its seed; `interleave(seed:)` replays it step by step.
+    static let interleavingSeeds: [UInt64] = Array(0..<64)
+
+    @Test(arguments: interleavingSeeds)
+    func slotsBoundSendingPlusUnwritten_underAnyInterleaving(seed: UInt64) {
+        _ = Self.interleave(seed: seed)
+    }
+
+    @Test func interleavings_differBySeed_andRepeatForTheSameSeed() {
+        let traces = Self.interleavingSeeds.map { Self.interleave(seed: $0) }
+        #expect(Set(traces).count == traces.count, "two seeds ran the same interleaving")
+        #expect(Self.interleave(seed: 11) == traces[11])
+    }
+
+    /// One interleaving chosen by `seed`: 6 events of 4 deliveries through 3 slots under a high-water mark of 8,
+    /// each step picked at random among those possible (claim when there is room, start what the slots allow, answer
+    /// any send in flight, write the oldest few outcomes). Checks the bounds after every step and that everything is
+    /// recorded and settled once at the end; returns the steps taken.
+    static func interleave(seed: UInt64) -> [String] {
+        enum Step: String, CaseIterable { case claim, start, answer, write }
+        let (events, devices, slots, highWater) = (6, 4, 3, 8)
+        var random = SplitMix64(seed: seed)
+        var machine = Machine(slots: slots, highWater: highWater)
+        var claimed = 0
+        var inFlight: [PendingSend] = []
         var toWrite: [Machine.Action] = []
-        var rounds = 0
-        while !machine.isIdle && rounds < 1_000 {
-            rounds += 1
-            pending += Self.started(&machine)
-            #expect(machine.sending + machine.unwritten <= 3)
-            if rounds % 3 == 0, !toWrite.isEmpty {
-                machine.written(Self.receipt(toWrite))
-                toWrite.removeAll()
-            } else if let send = pending.popLast() {
-                toWrite += machine.answered(send, .sent(messageName: "m"))
-            } else if !toWrite.isEmpty {
-                machine.written(Self.receipt(toWrite))
-                toWrite.removeAll()
+        var (recorded, settled) = (0, 0)
+        var trace: [String] = []
+        while trace.count < 10_000 {
+            var possible: [Step] = []
+            if claimed < events, machine.hasRoom(devices) { possible.append(.claim) }
+            if machine.queued > 0, machine.sending + machine.unwritten < slots { possible.append(.start) }
+            if !inFlight.isEmpty { possible.append(.answer) }
+            if !toWrite.isEmpty { possible.append(.write) }
+            guard let step = possible.randomElement(using: &random) else { break }
+            switch step {
+            case .claim:
+                let (_, sends) = claim(&machine, key: "doseTaken:g\(claimed)", eventId: Int64(claimed), devices: devices)
+                #expect(machine.enqueue(sends).isEmpty)
+                claimed += 1
+                trace.append("claim")
+            case .start:
+                let sends = started(&machine)
+                inFlight += sends
+                trace.append("start \(sends.count)")
+            case .answer:
+                let send = inFlight.remove(at: Int.random(in: inFlight.indices, using: &random))
+                let outcome = [SendOutcome.sent(messageName: "m"), .retry(reason: "UNAVAILABLE", after: .seconds(5), minimumBackoff: nil),
+                               .tokenInvalid(reason: "UNREGISTERED"), .permanentFailure(reason: "INVALID_ARGUMENT")]
+                    .randomElement(using: &random)!
+                let actions = machine.answered(send, outcome)
+                toWrite += actions
+                trace.append("answer \(send.delivery.id) \(kinds(actions))")
+            case .write:
+                let count = Int.random(in: 1...toWrite.count, using: &random)
+                let written = receipt(Array(toWrite.prefix(count)))
+                machine.written(written)
+                toWrite.removeFirst(count)
+                recorded += written.deliveries.count
+                settled += written.groups.count
+                trace.append("write \(count)")
             }
-            #expect(machine.unwritten <= 3)
+            #expect(machine.sending + machine.unwritten <= slots, "seed \(seed), step \(trace.count): \(trace.last!)")
+            #expect(machine.load <= highWater, "seed \(seed), step \(trace.count): \(trace.last!)")
         }
-        #expect(machine.isIdle)
-        #expect(machine.load == 0)
+        #expect(claimed == events, "seed \(seed)")
+        #expect(recorded == events * devices, "seed \(seed): every delivery's outcome written once")
+        #expect(settled == events, "seed \(seed): every event's end written once")
+        #expect(machine.isIdle && machine.load == 0, "seed \(seed) ended with load \(machine.load) after \(trace.count) steps")
+        return trace
     }
 
     @Test func capacity_boundsInFlightBySlots_andInFlightPlusUnwrittenByCapacity() {
@@ -392,5 +437,20 @@ struct EngineStateMachineTests {
         // A renewal that did not confirm this lease (another token) moves nothing.
         machine.renewed(events: [.init(id: "1", lease: LeaseToken())], deadline: start + .seconds(60))
         #expect(machine.groups[id]?.leaseDeadline == start + .seconds(9))
+    }
+}
+
+/// SplitMix64: a tiny seeded generator, so an interleaving is the same on every run and every platform.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

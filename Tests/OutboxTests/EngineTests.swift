@@ -163,11 +163,11 @@ struct EngineTests {
             // Once the first instance holds all 12 (14.4 s of sending behind one slot), wait until their first lease
             // would have run out, then start a second instance.
             let leased = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
-            #expect(try await FCMFaultTests.eventually(30) { try db.connection.query(leased)[0]["n"].int() == 12 })
+            try await eventually("the first worker leases all 12 events", timeout: .seconds(30)) { try db.connection.query(leased)[0]["n"].int() == 12 }
             let firstExpiry = try db.connection.query(leased)[0]["expiry"].date()
-            #expect(try await FCMFaultTests.eventually(30) {
+            try await eventually("the first worker's leases are 300 ms past their expiry", timeout: .seconds(30)) {
                 try db.connection.query("SELECT now() > $1::timestamptz + interval '300 ms' AS past", [.timestamp(firstExpiry)])[0]["past"].bool()
-            })
+            }
             let secondClaimed = try await makeWorker(conninfo, sender: sender, configure: configure).0.drain()
             #expect(try await firstClaimed == 12)
             #expect(secondClaimed == 0)
@@ -203,7 +203,7 @@ struct EngineTests {
                 WHERE "eventKey" <> $1
                 """#, [.text(sending)])
             // Until the heartbeat has found the takeover.
-            #expect(try await FCMFaultTests.eventually(30) { sink.entries.contains { $0.message.hasPrefix("lease lost") } })
+            try await eventually("the engine logs \"lease lost\"", timeout: .seconds(30)) { sink.entries.contains { $0.message.hasPrefix("lease lost") } }
             gated.open()
             _ = try await drained
             #expect(gated.pushes.map(\.eventKey) == [sending], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")

@@ -14,16 +14,6 @@ import Timekeeping
 
 @Suite("Delivery engine under project-wide FCM faults (emulator)")
 struct FCMFaultTests {
-    /// Polls `condition` every 50 ms for up to `seconds`; false when it never held.
-    static func eventually(_ seconds: Double, _ condition: () throws -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try condition()
-    }
-
     static func engine(_ conninfo: String, sender: any PushSender, maxInFlight: Int, stop: StopSignal) -> DeliveryEngine {
         var configuration = DeliveryEngineConfiguration()
         configuration.maxInFlight = maxInFlight
@@ -61,16 +51,16 @@ struct FCMFaultTests {
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
                 let running = Task { await engine.run(until: stop) }
 
-                #expect(try await Self.eventually(30) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } })
-                #expect(try await Self.eventually(30) {
+                try await eventually("the engine pauses for the project fault", timeout: .seconds(30)) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } }
+                try await eventually("a delivery records the PROJECT_FAULT", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'PROJECT_FAULT%'"#)[0]["n"].int() > 0
-                })
+                }
                 try Self.expectNothingDisabledSettledOrFinished(db)
 
                 emulator.setProjectFault(nil)
-                #expect(try await Self.eventually(30) {
+                try await eventually("all five events are DONE", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
-                })
+                }
                 stop.request(grace: .seconds(5))
                 await running.value
                 #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
@@ -93,18 +83,18 @@ struct FCMFaultTests {
                 let stop = StopSignal()
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
                 let running = Task { await engine.run(until: stop) }
-                #expect(try await Self.eventually(30) {
+                try await eventually("a delivery records OAUTH_TOKEN_UNAVAILABLE", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["n"].int() > 0
-                })
+                }
                 try await Task.sleep(for: .seconds(4))
                 try Self.expectNothingDisabledSettledOrFinished(db)
                 #expect(emulator.stats.tokenRequests <= 3, "\(emulator.stats.tokenRequests) token requests in the first seconds of refusal")
                 #expect(emulator.stats.distinctAccepted == 0)
 
                 emulator.refuseTokens(nil)
-                #expect(try await Self.eventually(60) {
+                try await eventually("all five events are DONE", timeout: .seconds(60)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
-                })
+                }
                 stop.request(grace: .seconds(5))
                 await running.value
                 #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
@@ -128,16 +118,16 @@ struct FCMFaultTests {
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
                 let running = Task { await engine.run(until: stop) }
                 // The outage, as seen by FCM: 4 s from the first request it refused.
-                #expect(try await Self.eventually(30) { (emulator.stats.sendsByOutcome["project_unavailable"] ?? 0) > 0 })
+                try await eventually("the emulator answers project_unavailable", timeout: .seconds(30)) { (emulator.stats.sendsByOutcome["project_unavailable"] ?? 0) > 0 }
                 try await Task.sleep(for: .seconds(4))
                 let duringOutage = emulator.stats.sendsByOutcome["project_unavailable"] ?? 0
                 emulator.setProjectFault(nil)
                 #expect(duringOutage >= 10)
                 // 10 in flight, up to 5 more before the pause opens, then one probe a second.
                 #expect(duringOutage <= 10 + 5 + 6, "requests during the outage: \(duringOutage)")
-                #expect(try await Self.eventually(60) {
+                try await eventually("all 100 events are DONE", timeout: .seconds(60)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 100
-                })
+                }
                 stop.request(grace: .seconds(5))
                 await running.value
                 #expect(emulator.stats.distinctAccepted == 100)

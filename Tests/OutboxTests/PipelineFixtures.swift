@@ -8,6 +8,7 @@ import Metrics
 import Outbox
 import Postgres
 import Push
+import Synchronization
 import TestSupport
 
 /// Seeds the API's tables and enqueues events exactly as the web API does.
@@ -87,10 +88,8 @@ struct Fixtures {
 }
 
 /// A PushSender whose answers are scripted by token prefix; records every push it was handed.
-final class ScriptedSender: PushSender, @unchecked Sendable {
-    private let lock = NSLock()
-    private var sent: [DoseTakenPush] = []
-    private var failuresLeft: [String: Int] = [:]
+final class ScriptedSender: PushSender, Sendable {
+    private let sent = Mutex<[DoseTakenPush]>([])
     let answer: @Sendable (DoseTakenPush) -> SendOutcome
 
     init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") }) {
@@ -98,14 +97,14 @@ final class ScriptedSender: PushSender, @unchecked Sendable {
     }
 
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        lock.withLock { sent.append(push) }
+        sent.withLock { $0.append(push) }
         completion(answer(push))
     }
 
     func cancelWaiting() {}
     func cancelInFlight() {}
 
-    var pushes: [DoseTakenPush] { lock.withLock { sent } }
+    var pushes: [DoseTakenPush] { sent.withLock { $0 } }
 }
 
 /// A worker with test-friendly settings.

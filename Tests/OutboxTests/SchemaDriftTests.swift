@@ -53,9 +53,9 @@ struct SchemaDriftTests {
                 try await Task.sleep(for: .milliseconds(60))
                 try db.connection.query(statement)
             }
-            #expect(try await FCMFaultTests.eventually(60) {
+            try await eventually("every enqueued event is DONE", timeout: .seconds(60)) {
                 try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == enqueued
-            })
+            }
             stop.request(grace: .seconds(5))
             await running.value
             let deliveries = try db.deliveries()

@@ -33,10 +33,10 @@ struct SenderMismatchFleetTests {
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
 
-                #expect(try await FCMFaultTests.eventually(30) { health.withLock { $0.contains(where: Self.pausedForWrongKey) } })
-                #expect(try await FCMFaultTests.eventually(30) {
+                try await eventually("an instance pauses for the wrong key", timeout: .seconds(30)) { health.withLock { $0.contains(where: Self.pausedForWrongKey) } }
+                try await eventually("a delivery records SENDER_ID_MISMATCH", timeout: .seconds(30)) {
                     try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'PROJECT_FAULT: SENDER_ID_MISMATCH'"#) > 0
-                })
+                }
                 // A few probes' worth of the fault.
                 try await Task.sleep(for: .seconds(3))
                 #expect(health.withLock { $0.last.map(Self.pausedForWrongKey) } == true)
@@ -45,9 +45,9 @@ struct SenderMismatchFleetTests {
                 #expect((emulator.stats.sendsByOutcome["project_sender_id_mismatch"] ?? 0) <= 20 + 5)
 
                 emulator.setProjectFault(nil)
-                #expect(try await FCMFaultTests.eventually(60) {
+                try await eventually("both events are DONE", timeout: .seconds(60)) {
                     try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 2
-                })
+                }
                 stop.request(grace: .seconds(5))
                 await running.value
                 let deliveries = try db.deliveries()
@@ -73,9 +73,9 @@ struct SenderMismatchFleetTests {
                 let stop = StopSignal()
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
-                #expect(try await FCMFaultTests.eventually(30) {
+                try await eventually("all three events are DONE", timeout: .seconds(30)) {
                     try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 3
-                })
+                }
                 stop.request(grace: .seconds(5))
                 await running.value
 

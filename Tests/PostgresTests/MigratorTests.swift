@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import Schema
+import Synchronization
 import Testing
 import TestSupport
 
@@ -121,18 +122,21 @@ struct MigratorTests {
 }
 
 /// Inserts one `"PushDelivery"` row after another on its own thread and keeps the longest gap between two commits.
-final class InsertWriter: @unchecked Sendable {
+final class InsertWriter: Sendable {
+    private struct State {
+        var running = true
+        var count = 0
+        var longest = Duration.zero
+        var failure: String?
+    }
+
     private let conninfo: String
-    private let lock = NSLock()
-    private var running = true
-    private var count = 0
-    private var longest = Duration.zero
-    private var failure: String?
+    private let state = Mutex(State())
     private let done = DispatchSemaphore(value: 0)
 
     init(conninfo: String) { self.conninfo = conninfo }
 
-    var inserted: Int { lock.withLock { count } }
+    var inserted: Int { state.withLock { $0.count } }
 
     func start() {
         Thread.detachNewThread { [self] in
@@ -142,26 +146,26 @@ final class InsertWriter: @unchecked Sendable {
                 let connection = try PostgresConnection(conninfo: conninfo)
                 var last = clock.now
                 var n = 0
-                while lock.withLock({ running }) {
+                while state.withLock({ $0.running }) {
                     n += 1
                     try connection.query(#"INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId") VALUES ($1, $2, 'd1')"#,
                                          [.text("new-\(n)"), .text("new-\(n)")])
                     let now = clock.now
-                    lock.withLock {
-                        count += 1
-                        longest = max(longest, now - last)
+                    state.withLock {
+                        $0.count += 1
+                        $0.longest = max($0.longest, now - last)
                     }
                     last = now
                 }
             } catch {
-                lock.withLock { failure = "\(error)" }
+                state.withLock { $0.failure = "\(error)" }
             }
         }
     }
 
     func stop() -> (longestStall: Duration, error: String?) {
-        lock.withLock { running = false }
+        state.withLock { $0.running = false }
         done.wait()
-        return lock.withLock { (longest, failure) }
+        return state.withLock { ($0.longest, $0.failure) }
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Debian's nginx as an HTTP/2 + TLS stand-in for FCM (and its token endpoint), on a loopback port.
-public final class Nginx: @unchecked Sendable {
+public final class Nginx: Sendable {
     public let port: UInt16
     public let directory: String
     private let process = Process()

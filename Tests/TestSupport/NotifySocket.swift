@@ -1,15 +1,19 @@
 import Foundation
+import Synchronization
 
 /// An AF_UNIX datagram socket standing in for systemd's NOTIFY_SOCKET: the daemon under test
 /// sends READY=1, STATUS=…, WATCHDOG=1, STOPPING=1 to it. A background thread drains it the way
 /// systemd does (an unread socket fills up after a few datagrams and would block the sender).
-public final class NotifySocket: @unchecked Sendable {
+public final class NotifySocket: Sendable {
+    private struct State {
+        var messages: [String] = []
+        var cursor = 0
+        var closed = false
+    }
+
     public let path: String
     private let fd: Int32
-    private let lock = NSLock()
-    private var messages: [String] = []
-    private var cursor = 0
-    private var closed = false
+    private let state = Mutex(State())
 
     public init() throws {
         path = NSTemporaryDirectory() + "mw-notify-\(UUID().uuidString.prefix(8)).sock"
@@ -32,18 +36,18 @@ public final class NotifySocket: @unchecked Sendable {
     }
 
     deinit {
-        lock.withLock { closed = true }
+        state.withLock { $0.closed = true }
         close(fd)
         unlink(path)
     }
 
     private func drain() {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while !lock.withLock({ closed }) {
+        while !state.withLock({ $0.closed }) {
             let count = recv(fd, &buffer, buffer.count, 0)
             guard count > 0 else { continue }
             let message = String(decoding: buffer.prefix(count), as: UTF8.self)
-            lock.withLock { messages.append(message) }
+            state.withLock { $0.messages.append(message) }
         }
     }
 
@@ -52,14 +56,14 @@ public final class NotifySocket: @unchecked Sendable {
     public func read(until predicate: (String) -> Bool, seconds: Double) -> [String] {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
-            let result = lock.withLock { () -> [String]? in
-                let fresh = messages[cursor...]
+            let result = state.withLock { state -> [String]? in
+                let fresh = state.messages[state.cursor...]
                 if let index = fresh.firstIndex(where: predicate) {
-                    defer { cursor = index + 1 }
-                    return Array(messages[cursor...index])
+                    defer { state.cursor = index + 1 }
+                    return Array(state.messages[state.cursor...index])
                 }
                 if Date() >= deadline {
-                    defer { cursor = messages.count }
+                    defer { state.cursor = state.messages.count }
                     return Array(fresh)
                 }
                 return nil

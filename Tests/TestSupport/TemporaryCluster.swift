@@ -3,7 +3,7 @@ import Foundation
 /// A PostgreSQL cluster of its own on a loopback TCP port, for tests about the server's
 /// lifecycle (started after the daemon). Uses the binaries scripts/test found (`TEST_PG_BINDIR`),
 /// run as the `postgres` user when the suite runs as root.
-public final class TemporaryCluster: @unchecked Sendable {
+public final class TemporaryCluster: Sendable {
     public let port: UInt16
     public let directory: String
     private let bindir: String

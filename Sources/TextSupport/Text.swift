@@ -1,5 +1,3 @@
-import Glibc
-
 /// Text helpers the daemon needs from Foundation's string API, kept here so no module links full Foundation.
 extension StringProtocol {
     /// Without leading and trailing whitespace (Unicode's White_Space: spaces, tabs, newlines).
@@ -32,12 +30,4 @@ extension Double {
         let sign = self < 0 && whole != 0 ? "-" : ""
         return decimals == 0 ? "\(sign)\(integer)" : "\(sign)\(integer).\(fraction.zeroPadded(decimals))"
     }
-}
-
-/// Blocks the calling thread for `duration` (threads that wait in C anyway: the listener, reconnects, migrations).
-public func sleepThread(for duration: Duration) {
-    let (seconds, attoseconds) = duration.components
-    var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
-    var remaining = timespec()
-    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
 }
