@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Outbox
 import Postgres
 import Timekeeping
 
@@ -38,12 +39,12 @@ struct RedriveCommand: OperatorCommand {
         dryRun = arguments.flag("--dry-run")
     }
 
-    /// The DEAD events in scope, locked, each with whether it is past EVENT_MAX_AGE.
+    /// The DEAD events in scope, locked, each with its age (`EventFate.redrive` judges it against EVENT_MAX_AGE).
     /// (Event `eventId` when given, processed within `since` when given.)
-    static func candidatesQuery(eventId: Int64?, since: Duration?, maxAge: Duration) -> PostgresQuery {
+    static func candidatesQuery(eventId: Int64?, since: Duration?) -> PostgresQuery {
         let seconds = since?.asSeconds
         return """
-        SELECT id, "createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
+        SELECT id, extract(epoch FROM now() - "createdAt")::double precision AS age_seconds
         FROM "PushOutbox"
         WHERE status = 'DEAD' AND (\(eventId)::bigint IS NULL OR id = \(eventId)::bigint)
           AND (\(seconds)::double precision IS NULL OR "processedAt" > now() - make_interval(secs => \(seconds)::double precision))
@@ -110,7 +111,10 @@ struct RedriveCommand: OperatorCommand {
         let (eventId, since, dryRun) = (self.eventId, self.since, self.dryRun)
         return try await context.withDatabase { client, settings in
             try await client.withTransaction { connection in
-                let candidates = try connection.query(Self.candidatesQuery(eventId: eventId, since: since, maxAge: settings.eventMaxAge)).map { (id: Int64(try $0["id"].int()), tooOld: try $0["too_old"].bool()) }
+                let candidates = try connection.query(Self.candidatesQuery(eventId: eventId, since: since)).map { row in
+                    (id: Int64(try row["id"].int()),
+                     tooOld: EventFate.redrive(ageSeconds: try row["age_seconds"].double(), maxAge: settings.eventMaxAge) == .skipPastMaxAge)
+                }
                 if let eventId, candidates.isEmpty {
                     let found = try connection.query(Self.statusQuery(id: eventId))
                     guard let row = found.first else {

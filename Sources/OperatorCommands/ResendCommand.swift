@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Outbox
 import Postgres
 import Timekeeping
 
@@ -50,19 +51,19 @@ struct ResendCommand: OperatorCommand {
         dryRun = arguments.flag("--dry-run")
     }
 
-    /// Event `id`, locked, with whether it is older than `maxAge`.
-    static func eventQuery(id: Int64, maxAge: Duration) -> PostgresQuery {
+    /// Event `id`, locked, with its age.
+    static func eventQuery(id: Int64) -> PostgresQuery {
         """
-        SELECT id, "eventKey" AS key, status, "createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
+        SELECT id, "eventKey" AS key, status, extract(epoch FROM now() - "createdAt")::double precision AS age_seconds
         FROM "PushOutbox" WHERE id = \(id)
         FOR UPDATE
         """
     }
 
-    /// The newest event of a delivery's key (several outbox rows may carry one key), locked, with whether it is older than `maxAge`.
-    static func eventQuery(delivery id: String, maxAge: Duration) -> PostgresQuery {
+    /// The newest event of a delivery's key (several outbox rows may carry one key), locked, with its age.
+    static func eventQuery(delivery id: String) -> PostgresQuery {
         """
-        SELECT o.id, o."eventKey" AS key, o.status, o."createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS too_old
+        SELECT o.id, o."eventKey" AS key, o.status, extract(epoch FROM now() - o."createdAt")::double precision AS age_seconds
         FROM "PushDelivery" pd JOIN "PushOutbox" o ON o."eventKey" = pd."eventKey"
         WHERE pd.id = \(id)
         ORDER BY o.id DESC LIMIT 1
@@ -149,7 +150,7 @@ struct ResendCommand: OperatorCommand {
                 var only: String?
                 switch target {
                 case .event(let id):
-                    eventRows = try connection.query(Self.eventQuery(id: id, maxAge: maxAge))
+                    eventRows = try connection.query(Self.eventQuery(id: id))
                     guard !eventRows.isEmpty else { throw CommandFailure("no outbox event has id \(id)", details: ["event": .number(Double(id))]) }
                 case .delivery(let id):
                     guard let delivery = try connection.query(Self.deliveryQuery(id: id)).first else {
@@ -159,7 +160,7 @@ struct ResendCommand: OperatorCommand {
                     guard status == "FAILED" else {
                         throw CommandFailure("delivery \(id) is \(status), not FAILED", details: ["delivery": .string(id), "status": .string(status)])
                     }
-                    eventRows = try connection.query(Self.eventQuery(delivery: id, maxAge: maxAge))
+                    eventRows = try connection.query(Self.eventQuery(delivery: id))
                     guard !eventRows.isEmpty else {
                         throw CommandFailure("the event of delivery \(id) (key \(try delivery["key"].string())) is gone (OUTBOX_RETENTION)",
                                              details: ["delivery": .string(id)])
@@ -174,17 +175,13 @@ struct ResendCommand: OperatorCommand {
                 let failed = try connection.query(Self.failedQuery(key: key, only: only))
                 var eligible: [String] = []
                 var skipped: [Skip] = []
-                let tooOld = try event["too_old"].bool()
+                let age = try event["age_seconds"].double()
                 for row in failed {
                     let id = try row["id"].string()
-                    if tooOld {
-                        skipped.append(Skip(id: id, reason: "event past EVENT_MAX_AGE (\(CommandValues.age(settings.eventMaxAge.asSeconds))): it would only expire"))
-                    } else if !(try row["device_exists"].bool()) {
-                        skipped.append(Skip(id: id, reason: "device deleted"))
-                    } else if !(try row["enabled"].bool()) {
-                        skipped.append(Skip(id: id, reason: "device disabled (a disabled device stays disabled; see `devices enable`)"))
-                    } else {
-                        eligible.append(id)
+                    switch EventFate.resend(eventAgeSeconds: age, maxAge: settings.eventMaxAge, deviceExists: try row["device_exists"].bool(),
+                                            deviceEnabled: try row["enabled"].bool()) {
+                    case .resend: eligible.append(id)
+                    case .skip(let reason): skipped.append(Skip(id: id, reason: reason))
                     }
                 }
                 var resent = eligible

@@ -3,10 +3,6 @@ import Postgres
 import Push
 import Timekeeping
 
-extension String {
-    fileprivate var nonEmpty: String? { isEmpty ? nil : self }
-}
-
 extension OutboxStore {
     /// `'PENDING'` for the guard of a statement that finds events by id: a sub-select, so that the planner cannot match
     /// it to the predicate of `"PushOutbox_pending_due_idx"` (`WHERE status = 'PENDING'`). Written as a constant, the
@@ -40,6 +36,11 @@ extension OutboxStore {
         RETURNING "pushDeviceId" AS id
         """
     }
+
+    /// The event's new status in the completion statement: `EventFate.settled` written over its columns, so the rule
+    /// has one text (`EventFateTests` checks the two agree).
+    static let settledStatus = PostgresQuery(stringLiteral: EventFate.settledStatusSQL(pending: "p.pending", attempts: "o.attempts",
+                                                                                        maxAttempts: "p.max_attempts"))
 
     /// Delivery results and event settlements in one statement (one round trip per completer flush):
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
@@ -84,7 +85,7 @@ extension OutboxStore {
             ) s
         )
         UPDATE "PushOutbox" o
-        SET status = CASE WHEN NOT p.pending THEN 'DONE' WHEN o.attempts >= p.max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+        SET status = \(sql: settledStatus),
             "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= p.max_attempts THEN now() END,
             "availableAt" = CASE WHEN p.pending AND o.attempts < p.max_attempts
                                  THEN now() + make_interval(secs => p.delay) ELSE o."availableAt" END,
@@ -182,15 +183,15 @@ extension OutboxStore {
         var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String]())
         for result in completion.deliveries {
             let kind: String, detail: String
-            switch result.outcome {
+            switch EventFate.delivery(result.outcome) {
             case .sent(let name): (kind, detail) = (DeliveryOutcomeKind.sent.rawValue, name)
-            case .permanentFailure(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
-            case .retry(let reason, _, _): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
-            case .tokenInvalid(let reason):
+            case .failed(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
+            case .retry(let reason): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
+            case .failedDisablingDevice(let code, let reason):
                 (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
                 disable.ids.append(result.deviceId); disable.started.append(result.claimedAt)
-                disable.reasons.append(Self.disableReasonCode(reason)); disable.keys.append(result.eventKey); disable.errors.append(reason)
-            case .notSent:
+                disable.reasons.append(code); disable.keys.append(result.eventKey); disable.errors.append(reason)
+            case .release:
                 continue  // the completer releases these instead
             }
             ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
@@ -224,11 +225,6 @@ extension OutboxStore {
         return plan
     }
 
-    /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`): the
-    /// ledger's `reason`, which `devices disabled --reason` filters on.
-    static func disableReasonCode(_ reason: String) -> String {
-        String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber }).nonEmpty ?? reason
-    }
 
     /// Events given back under their leases: due again at once, the attempt uncounted.
     static func releaseEventsQuery(ids: [Int64], leases: [String]) -> PostgresQuery {

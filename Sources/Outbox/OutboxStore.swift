@@ -19,9 +19,9 @@ struct OutboxStore: Sendable {
     // MARK: Claim
 
     /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased to `worker` under `token` for `lease`, attempt
-    /// counted; `expired` when older than `maxAge`. The locked rows are updated by their tuple id (a TID lookup, not a
-    /// second walk of the primary key): locked, they cannot move.
-    static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration, maxAge: Duration) -> PostgresQuery {
+    /// counted, each with its age (`EventFate.atClaim` decides whether it expired). The locked rows are updated by their
+    /// tuple id (a TID lookup, not a second walk of the primary key): locked, they cannot move.
+    static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration) -> PostgresQuery {
         """
         WITH due AS (
             SELECT ctid FROM "PushOutbox"
@@ -36,22 +36,22 @@ struct OutboxStore: Sendable {
             "availableAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
         FROM due WHERE o.ctid = due.ctid
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
-                  o."createdAt" < now() - make_interval(secs => \(maxAge.asSeconds)::double precision) AS expired,
+                  extract(epoch FROM now() - o."createdAt")::double precision AS age_seconds,
                   (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name,
                   o."createdAt"
         """
     }
 
     /// Claims up to `limit` due events under a new lease.
-    func claim(limit: Int, workerId: String, lease: Duration, maxAge: Duration) async throws -> [ClaimedEvent] {
+    func claim(limit: Int, workerId: String, lease: Duration) async throws -> [ClaimedEvent] {
         let token = LeaseToken()
-        let rows = try await client.query(Self.claimQuery(limit: limit, worker: workerId, token: token, lease: lease, maxAge: maxAge))
+        let rows = try await client.query(Self.claimQuery(limit: limit, worker: workerId, token: token, lease: lease))
         let id = rows.column("id"), eventType = rows.column("eventType"), patientId = rows.column("patientId"), payload = rows.column("payload")
-        let attempts = rows.column("attempts"), expired = rows.column("expired"), displayName = rows.column("display_name")
+        let attempts = rows.column("attempts"), age = rows.column("age_seconds"), displayName = rows.column("display_name")
         let createdAt = rows.column("createdAt")
         return try rows.map { row in
             ClaimedEvent(id: try row[id].decode(Int64.self), eventType: try row[eventType].string(), patientId: try row[patientId].string(),
-                         payload: try row[payload].string(), attempts: try row[attempts].int(), expired: try row[expired].bool(),
+                         payload: try row[payload].string(), attempts: try row[attempts].int(), ageSeconds: try row[age].double(),
                          displayName: row[displayName].optionalString(), lease: token, createdAt: try row[createdAt].date())
         }.sorted { $0.id < $1.id }
     }

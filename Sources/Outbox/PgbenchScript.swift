@@ -12,10 +12,10 @@ package enum PgbenchScript {
         return variables.numbered(claim)
     }
 
-    /// The claim with every parameter a pgbench variable: `limit`, `worker`, `token`, `lease`, `maxage`.
+    /// The claim with every parameter a pgbench variable: `limit`, `worker`, `token`, `lease` (the age comes back as a column).
     static func claimQuery(_ variables: inout Variables) -> PostgresQuery {
         OutboxStore.claimQuery(limit: variables.int("limit"), worker: variables.text("worker"), token: variables.token("token"),
-                               lease: variables.seconds("lease"), maxAge: variables.seconds("maxage"))
+                               lease: variables.seconds("lease"))
     }
 
     /// The script for one batch of `batchSize` events.

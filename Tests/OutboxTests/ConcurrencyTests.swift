@@ -48,10 +48,10 @@ struct ConcurrencyTests {
             try db.patient("p1")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let claimedA = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimedA = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             #expect(claimedA.map(\.id) == [id])
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
-            let claimedB = try await store.claim(limit: 10, workerId: "b", lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimedB = try await store.claim(limit: 10, workerId: "b", lease: .seconds(60))
             #expect(claimedB.map(\.id) == [id])
             _ = try await store.complete(.init(finished: [FinishedEvent(id: id, lease: claimedB[0].lease, status: .dead, reason: "from B")]),
                                          maxAttempts: 10)
@@ -76,7 +76,7 @@ struct ConcurrencyTests {
             _ = try db.device(owner: "c1", token: "token-b")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             let lease = claimed[0].lease
             let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
                                                     lease: .seconds(60))
@@ -101,7 +101,7 @@ struct ConcurrencyTests {
             let old = try db.device(owner: "c1", token: "token-old")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let first = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let first = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             _ = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: first[0].attempts)],
                                        token: first[0].lease, lease: .seconds(60))
             // The first attempt ends unwritten (a crash); the device is replaced before the retry.
@@ -109,7 +109,7 @@ struct ConcurrencyTests {
             try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
             try db.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = $1"#, [.text(old)])
             _ = try db.device(owner: "c1", token: "token-new")
-            let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             #expect(second.map(\.attempts) == [2])
             let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
                                                     token: second[0].lease, lease: .seconds(60))

@@ -13,7 +13,7 @@ struct EngineStateMachineTests {
     /// One claimed event with `devices` deliveries, opened in `machine`; returns its group and sends.
     static func claim(_ machine: inout Machine, key: String = "doseTaken:g", eventId: Int64 = 1, devices: Int) -> (EventGroupID, [PendingSend]) {
         let lease = LeaseToken()
-        let event = ClaimedEvent(id: eventId, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+        let event = ClaimedEvent(id: eventId, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: lease)
         let deliveries = (0..<devices).map { index in
             ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, deviceId: "dev\(index)", token: "t\(index)", claimedAt: Date(), lease: lease)
@@ -109,7 +109,7 @@ struct EngineStateMachineTests {
 
     @Test func groupWithoutDeliveries_endsAtOnce() {
         var machine = Machine(slots: 1, highWater: 4)
-        let event = ClaimedEvent(id: 9, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+        let event = ClaimedEvent(id: 9, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: LeaseToken())
         let (id, actions) = machine.open(events: [event], eventKey: "doseTaken:x", deliveries: [])
         #expect(Self.kinds(actions) == ["settle"])
@@ -395,7 +395,7 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 1, highWater: 8)
         let start = ContinuousClock.now
         let lease = Duration.seconds(6)
-        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: LeaseToken())
         let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
                                                        lease: event.lease) }
@@ -426,7 +426,7 @@ struct EngineStateMachineTests {
         let lease = Duration.seconds(6)
         let (_, sends) = Self.claim(&machine, devices: 2)
         machine = Machine(slots: 1, highWater: 8)
-        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, expired: false,
+        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: sends[0].delivery.lease)
         let (id, _) = machine.open(events: [event], eventKey: sends[0].delivery.eventKey, deliveries: sends.map(\.delivery),
                                    leaseDeadline: start + lease)

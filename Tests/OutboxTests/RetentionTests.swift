@@ -115,7 +115,7 @@ struct RetentionTests {
                 """#)
             try db.connection.query(#"ANALYZE "PushOutbox""#)
             let plan = try db.connection.withTransaction { connection in
-                let claim = OutboxStore.claimQuery(limit: 100, worker: "w", token: LeaseToken(), lease: .seconds(60), maxAge: .seconds(86_400))
+                let claim = OutboxStore.claimQuery(limit: 100, worker: "w", token: LeaseToken(), lease: .seconds(60))
                 return try connection.query("EXPLAIN \(sql: claim)" as PostgresQuery)
                     .map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             }
@@ -140,7 +140,7 @@ struct RetentionTests {
             // One connection, so that its statistics can be flushed on demand before they are read.
             let client = PostgresClient(conninfo: conninfo, maxConnections: 1)
             let store = OutboxStore(client: client)
-            let claimed = try await store.claim(limit: 8, workerId: "a", lease: .seconds(60), maxAge: .seconds(86_400))
+            let claimed = try await store.claim(limit: 8, workerId: "a", lease: .seconds(60))
             #expect(claimed.count == 8)
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "availableAt")

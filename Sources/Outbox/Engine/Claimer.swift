@@ -23,28 +23,18 @@ struct Claimer: Sendable {
     func claim(limit: Int) async throws -> Claim {
         // The leases this claim takes lapse LEASE_SECONDS after the statement was sent, by this process's clock.
         let leaseDeadline = ContinuousClock.now + configuration.lease
-        let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease,
-                                            maxAge: configuration.eventMaxAge)
+        let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease)
         guard !claimed.isEmpty else { return Claim() }
         var result = Claim(count: claimed.count)
         var finished: [FinishedEvent] = []
         var valid: [(claim: ClaimedEvent, event: DoseTakenEvent)] = []
         valid.reserveCapacity(claimed.count)
         for claim in claimed {
-            if claim.expired {
-                finished.append(FinishedEvent(id: claim.id, lease: claim.lease, status: .expired,
-                                              reason: "older than EVENT_MAX_AGE when claimed; not sent"))
-                continue
-            }
-            do {
-                let event = try DoseTakenEvent.parse(eventType: claim.eventType, patientId: claim.patientId, payload: claim.payload)
-                guard claim.displayName != nil else {
-                    finished.append(dead(claim, "unknown patient \(claim.patientId.prefix(64)): no \"Patient\" row"))
-                    continue
-                }
-                valid.append((claim, event))
-            } catch {
-                finished.append(dead(claim, error.reason))
+            switch EventFate.atClaim(ageSeconds: claim.ageSeconds, maxAge: configuration.eventMaxAge, eventType: claim.eventType,
+                                     patientId: claim.patientId, payload: claim.payload, patientExists: claim.displayName != nil) {
+            case .send(let event): valid.append((claim, event))
+            case .expired(let reason): finished.append(FinishedEvent(id: claim.id, lease: claim.lease, status: .expired, reason: reason))
+            case .dead(let reason): finished.append(dead(claim, reason))
             }
         }
         do {
@@ -93,7 +83,7 @@ struct Claimer: Sendable {
 
     /// `"fan-out refused by the database: SQLSTATE 54000: index row size … exceeds …"`.
     static func reason(_ error: PostgresError) -> String {
-        "fan-out refused by the database: SQLSTATE \(error.sqlState ?? "?"): \(error.message.prefix(300))"
+        EventFate.refused(.fanOut, sqlState: error.sqlState, message: error.message)
     }
 
     /// One group per eventKey with its sends.

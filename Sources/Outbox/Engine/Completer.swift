@@ -269,7 +269,7 @@ final class Completer: Sendable {
                     logger.error("a result was refused by the database", metadata: ["error": "\(error)"])
                     if let settlement = batch.settlements.first {
                         // An event whose outcome cannot be written would be claimed again forever: it goes DEAD with the reason.
-                        let reason = (error as? PostgresError).map { "outcome refused by the database: SQLSTATE \($0.sqlState ?? "?"): \($0.message.prefix(300))" }
+                        let reason = (error as? PostgresError).map { EventFate.refused(.outcome, sqlState: $0.sqlState, message: $0.message) }
                             ?? "outcome refused by the database"
                         await write(OutboxStore.Completion(finished: [FinishedEvent(id: settlement.id, lease: settlement.lease, status: .dead,
                                                                                     reason: reason)]), disableReasons: [:])

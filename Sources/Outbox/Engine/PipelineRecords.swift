@@ -23,8 +23,9 @@ public struct ClaimedEvent: Sendable {
     public var payload: String
     /// Attempts including this one.
     public var attempts: Int
-    /// Older than EVENT_MAX_AGE when claimed.
-    public var expired: Bool
+    /// Seconds since the row's `"createdAt"` when claimed, by the database's clock (`EventFate` judges it against
+    /// EVENT_MAX_AGE).
+    public var ageSeconds: Double
     /// The patient's `"displayName"`, nil when no `"Patient"` row has this id (never logged).
     public var displayName: String?
     public var lease: LeaseToken

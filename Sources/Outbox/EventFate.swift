@@ -1,0 +1,148 @@
+import Push
+import Timekeeping
+
+/// Every decision about what becomes of an outbox event or a delivery, in one place: the claimer, the fan-out's
+/// refusal, the writer, `redrive` and `resend` all ask here, and each outcome has one SQL write. Pure functions,
+/// table-tested (`EventFateTests`).
+public enum EventFate {
+    // MARK: Age
+
+    /// An event created longer ago than `EVENT_MAX_AGE` would only expire: it is not sent, redriven or resent.
+    public static func isPastMaxAge(ageSeconds: Double, maxAge: Duration) -> Bool { ageSeconds > maxAge.asSeconds }
+
+    // MARK: At claim
+
+    /// What a claim makes of one event.
+    public enum AtClaim: Sendable, Equatable {
+        /// Valid and fresh: fan it out and send.
+        case send(DoseTakenEvent)
+        /// Too old: `EXPIRED`, not sent.
+        case expired(reason: String)
+        /// Bad input: `DEAD` with the reason, redrivable once the input is fixed.
+        case dead(reason: String)
+    }
+
+    /// The reason written to an expired event.
+    public static let expiredReason = "older than EVENT_MAX_AGE when claimed; not sent"
+
+    /// The claim's verdict: age first (an old event is never judged further), then the payload, then the patient.
+    public static func atClaim(ageSeconds: Double, maxAge: Duration, eventType: String, patientId: String, payload: String,
+                               patientExists: Bool) -> AtClaim {
+        if isPastMaxAge(ageSeconds: ageSeconds, maxAge: maxAge) { return .expired(reason: expiredReason) }
+        let event: DoseTakenEvent
+        do { event = try DoseTakenEvent.parse(eventType: eventType, patientId: patientId, payload: payload) } catch {
+            return .dead(reason: error.reason)
+        }
+        guard patientExists else { return .dead(reason: "unknown patient \(patientId.prefix(64)): no \"Patient\" row") }
+        return .send(event)
+    }
+
+    // MARK: Refused by the database
+
+    /// Which write the database refused.
+    public enum Refusal: String, Sendable {
+        case fanOut = "fan-out"
+        case outcome = "outcome"
+    }
+
+    /// `"fan-out refused by the database: SQLSTATE 54000: index row size … exceeds …"`: the event goes DEAD with this.
+    public static func refused(_ what: Refusal, sqlState: String?, message: String) -> String {
+        "\(what.rawValue) refused by the database: SQLSTATE \(sqlState ?? "?"): \(message.prefix(300))"
+    }
+
+    // MARK: After an answer
+
+    /// The row write one send outcome calls for.
+    public enum DeliveryWrite: Sendable, Equatable {
+        /// `SENT` with FCM's message name.
+        case sent(messageName: String)
+        /// `FAILED` with the reason; the device stays enabled (a payload bug, APNs credentials).
+        case failed(reason: String)
+        /// `FAILED`, and the device disabled (unless re-registered since the send began) and recorded in the ledger
+        /// under `code`.
+        case failedDisablingDevice(code: String, reason: String)
+        /// Stays `PENDING`; the event is retried after its backoff.
+        case retry(reason: String)
+        /// Never transmitted: the lease is given back, the attempt uncounted.
+        case release
+    }
+
+    public static func delivery(_ outcome: SendOutcome) -> DeliveryWrite {
+        switch outcome {
+        case .sent(let name): .sent(messageName: name)
+        case .permanentFailure(let reason): .failed(reason: reason)
+        case .retry(let reason, _, _): .retry(reason: reason)
+        case .tokenInvalid(let reason): .failedDisablingDevice(code: disableCode(reason), reason: reason)
+        case .notSent: .release
+        }
+    }
+
+    /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
+    public static func disableCode(_ reason: String) -> String {
+        let code = String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber })
+        return code.isEmpty ? reason : code
+    }
+
+    // MARK: At settlement
+
+    /// An event once every delivery of this attempt was answered.
+    public enum Settled: String, Sendable, CaseIterable {
+        /// No delivery of its key is PENDING (whatever mix of SENT and FAILED).
+        case done = "DONE"
+        /// Deliveries still pending and attempts left: due again after its backoff.
+        case retry = "PENDING"
+        /// Deliveries still pending and no attempt left.
+        case dead = "DEAD"
+    }
+
+    /// The settlement rule. The completion statement applies it in SQL, where `deliveriesPending` is known
+    /// (`settledStatusSQL`); `EventFateTests` runs one table through both.
+    public static func settled(deliveriesPending: Bool, attempts: Int, maxAttempts: Int) -> Settled {
+        if !deliveriesPending { return .done }
+        return attempts >= maxAttempts ? .dead : .retry
+    }
+
+    /// `settled` as a SQL expression over the columns named (the completion statement's `status`).
+    public static func settledStatusSQL(pending: String, attempts: String, maxAttempts: String) -> String {
+        "CASE WHEN NOT \(pending) THEN '\(Settled.done.rawValue)' WHEN \(attempts) >= \(maxAttempts) THEN '\(Settled.dead.rawValue)' "
+            + "ELSE '\(Settled.retry.rawValue)' END"
+    }
+
+    // MARK: Operator commands
+
+    /// What `redrive` does with a DEAD event.
+    public enum Redrive: Sendable, Equatable {
+        case redrive
+        case skipPastMaxAge
+    }
+
+    public static func redrive(ageSeconds: Double, maxAge: Duration) -> Redrive {
+        isPastMaxAge(ageSeconds: ageSeconds, maxAge: maxAge) ? .skipPastMaxAge : .redrive
+    }
+
+    /// What `resend` does with a FAILED delivery: resend it, or skip it with the reason.
+    public enum Resend: Sendable, Equatable {
+        case resend
+        case skip(reason: String)
+    }
+
+    public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool) -> Resend {
+        if isPastMaxAge(ageSeconds: eventAgeSeconds, maxAge: maxAge) {
+            return .skip(reason: "event past EVENT_MAX_AGE (\(ValueText.age(maxAge))): it would only expire")
+        }
+        guard deviceExists else { return .skip(reason: "device deleted") }
+        guard deviceEnabled else { return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)") }
+        return .resend
+    }
+}
+
+/// A duration for people: `45s`, `12m`, `3.5h`, `2.0d`.
+enum ValueText {
+    static func age(_ duration: Duration) -> String {
+        let seconds = duration.asSeconds
+        if seconds < 120 { return "\(Int(seconds.rounded()))s" }
+        if seconds < 7200 { return "\(Int((seconds / 60).rounded()))m" }
+        let tenths = seconds < 172_800 ? Int((seconds / 360).rounded()) : Int((seconds / 8640).rounded())
+        return "\(tenths / 10).\(tenths % 10)" + (seconds < 172_800 ? "h" : "d")
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import Outbox
+import Postgres
+import Push
+import TestSupport
+import Testing
+
+/// One rule per fate, as tables: the claim's verdict, a send outcome's write, the settlement (in Swift and in the SQL the
+/// completion statement runs: the same table through both), and the operator commands' age rule.
+@Suite("Event fate")
+struct EventFateTests {
+    static let payload = #"{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00"}"#
+
+    @Test(arguments: [
+        // age (s), event type, payload, patient exists -> verdict
+        (3600.0, "DOSE_TAKEN", payload, true, "send"),
+        (86_401.0, "DOSE_TAKEN", payload, true, "expired"),
+        (86_401.0, "NOT_A_DOSE", "{}", false, "expired"),  // an old event is expired whatever else is wrong
+        (86_400.0, "DOSE_TAKEN", payload, true, "send"),  // exactly EVENT_MAX_AGE is not past it
+        (10.0, "NOT_A_DOSE", payload, true, "dead"),
+        (10.0, "DOSE_TAKEN", #"{"slot":"lunch"}"#, true, "dead"),
+        (10.0, "DOSE_TAKEN", payload, false, "dead"),
+    ])
+    func atClaim(_ age: Double, _ type: String, _ payload: String, _ patientExists: Bool, _ expected: String) {
+        let verdict = EventFate.atClaim(ageSeconds: age, maxAge: .seconds(86_400), eventType: type, patientId: "p1", payload: payload,
+                                        patientExists: patientExists)
+        switch (verdict, expected) {
+        case (.send, "send"), (.expired, "expired"), (.dead, "dead"): break
+        default: Issue.record("age \(age), \(type), patient \(patientExists): \(verdict), expected \(expected)")
+        }
+        if case .dead(let reason) = verdict, !patientExists, type == "DOSE_TAKEN" {
+            #expect(reason == #"unknown patient p1: no "Patient" row"#)
+        }
+    }
+
+    @Test func deliveryWrite_perOutcome() {
+        #expect(EventFate.delivery(.sent(messageName: "projects/p/messages/1")) == .sent(messageName: "projects/p/messages/1"))
+        #expect(EventFate.delivery(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) == .failed(reason: "THIRD_PARTY_AUTH_ERROR"))
+        #expect(EventFate.delivery(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)) == .retry(reason: "UNAVAILABLE"))
+        #expect(EventFate.delivery(.tokenInvalid(reason: "UNREGISTERED")) == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED"))
+        #expect(EventFate.delivery(.tokenInvalid(reason: "INVALID_ARGUMENT: registration token")) ==
+            .failedDisablingDevice(code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT: registration token"))
+        #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
+    }
+
+    /// (deliveries pending, attempts, max attempts) -> status.
+    static let settlements: [(Bool, Int, Int, EventFate.Settled)] = [
+        (false, 1, 10, .done), (false, 10, 10, .done), (false, 12, 10, .done),
+        (true, 1, 10, .retry), (true, 9, 10, .retry), (true, 10, 10, .dead), (true, 11, 10, .dead), (true, 1, 1, .dead),
+    ]
+
+    @Test func settled_inSwift() {
+        for (pending, attempts, maxAttempts, expected) in Self.settlements {
+            #expect(EventFate.settled(deliveriesPending: pending, attempts: attempts, maxAttempts: maxAttempts) == expected,
+                    "pending \(pending), attempts \(attempts)/\(maxAttempts)")
+        }
+    }
+
+    /// The completion statement's `status` is `settledStatusSQL`: evaluated by PostgreSQL over the same table, it agrees.
+    @Test func settled_inSQL_agreesWithSwift() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            let values = Self.settlements.map { "(\($0.0), \($0.1), \($0.2))" }.joined(separator: ", ")
+            let expression = EventFate.settledStatusSQL(pending: "v.pending", attempts: "v.attempts", maxAttempts: "v.max_attempts")
+            let rows = try connection.query("SELECT \(expression) AS status FROM (VALUES \(values)) AS v(pending, attempts, max_attempts)")
+            #expect(try rows.map { try $0["status"].string() } == Self.settlements.map(\.3.rawValue))
+        }
+    }
+
+    @Test func operatorCommands_ageRule() {
+        #expect(EventFate.redrive(ageSeconds: 2 * 3600, maxAge: .seconds(86_400)) == .redrive)
+        #expect(EventFate.redrive(ageSeconds: 30 * 3600, maxAge: .seconds(86_400)) == .skipPastMaxAge)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true) == .resend)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: false)
+            == .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)"))
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: false, deviceEnabled: false) == .skip(reason: "device deleted"))
+        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true)
+            == .skip(reason: "event past EVENT_MAX_AGE (24.0h): it would only expire"))
+    }
+
+    @Test func refusals_nameTheWriteAndTheSQLState() {
+        #expect(EventFate.refused(.fanOut, sqlState: "54000", message: "index row size 9000 exceeds maximum")
+            == "fan-out refused by the database: SQLSTATE 54000: index row size 9000 exceeds maximum")
+        #expect(EventFate.refused(.outcome, sqlState: nil, message: "x") == "outcome refused by the database: SQLSTATE ?: x")
+    }
+}
