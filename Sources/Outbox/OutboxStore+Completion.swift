@@ -7,9 +7,8 @@ extension OutboxStore {
     /// `'PENDING'` for the guard of a statement that finds events by id: a sub-select, so that the planner cannot match
     /// it to the predicate of `"PushOutbox_pending_due_idx"` (`WHERE status = 'PENDING'`). Written as a constant, the
     /// planner trusted statistics taken while the queue was empty (the partial index "holds one row") and hash-joined
-    /// the flush's events against the whole pending queue: 18,645 index entries read for 46 events, 5.9 ms of a
-    /// 7.7 ms flush at 300k patients (auto_explain during `bench/run --patients 300000 --history 1000000`). By id, it is
-    /// one primary-key probe per event whatever the queue holds.
+    /// the flush's events against the whole pending queue (docs/benchmark.md has the measurement). By id, it is one
+    /// primary-key probe per event whatever the queue holds.
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and

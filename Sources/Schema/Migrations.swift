@@ -179,8 +179,8 @@ public enum Migrations {
         ]),
         // Room on each PushDelivery page for the row's next version: the completion's UPDATE (status, "sentAt",
         // "fcmMessageId", lease) touches no indexed column, so with room on the page it is a HOT update and writes
-        // no index entry (measured: 85% HOT and 38% less WAL per written outcome, against 16% HOT when pages are
-        // packed full). Storage parameter only: SHARE UPDATE EXCLUSIVE, no rewrite; new pages are filled to half.
+        // no index entry (docs/database.md: HOT share and WAL per outcome). Storage parameter only:
+        // SHARE UPDATE EXCLUSIVE, no rewrite; new pages are filled to half.
         Migration(version: 5, name: "delivery pages keep room for the outcome's HOT update (fillfactor 50)", statements: [
             """
             ALTER TABLE "PushDelivery" SET (fillfactor = 50)
