@@ -127,6 +127,9 @@ public final class FCMSender: PushSender {
                 let reason = "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))"
                 if error.code != .cancelled && error.code != .shutdown {
                     gate.fault(.connection, reason: reason, retryAfter: nil, ticket: ticket)
+                } else {
+                    // No answer, and none will come: if this was the probe, the next held send probes instead.
+                    gate.abandoned(ticket: ticket)
                 }
                 completion(.retry(reason: reason, after: nil, minimumBackoff: nil))
                 return

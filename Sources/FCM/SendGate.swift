@@ -110,6 +110,11 @@ final class SendGate: Sendable {
     }
 
     /// Answers every held send without transmitting it (stop).
+    /// The send with `ticket` ended without an answer (cancelled, the client shut down): a probe is replaced.
+    func abandoned(ticket: UInt64) {
+        execute(machine.withLock { $0.abandoned(ticket: ticket, now: .now) })
+    }
+
     func dropHeld() {
         execute(machine.withLock { $0.stop() })
     }

@@ -174,6 +174,17 @@ struct SendGateStateMachine<Send> {
         return actions
     }
 
+    /// The send with `ticket` ended without any answer (cancelled, shut down). When it was the probe, nothing would
+    /// ever end the probing: the next held send probes instead (or the next one submitted).
+    mutating func abandoned(ticket: UInt64, now: ContinuousClock.Instant) -> [Action] {
+        guard case .probing(inFlight: true) = phase, ticket == probeTicket else { return [] }
+        phase = .probing(inFlight: false)
+        guard !held.isEmpty else { return [] }
+        var actions: [Action] = []
+        submit(held.removeFirst(), now: now, into: &actions)
+        return actions
+    }
+
     /// The pause is over: the first held send goes out as the probe (or the next send submitted, when none is held).
     mutating func pauseEnded(now: ContinuousClock.Instant) -> [Action] {
         guard case .paused = phase else { return [] }

@@ -23,6 +23,7 @@ struct SendGateStateMachineTests {
         case fault(FCMFault, _ reason: String = "UNAVAILABLE", ticket: UInt64, retryAfter: Duration? = nil, minimum: Duration? = nil,
                    quota: Bool = false, at: Int = 0)
         case pauseEnded(at: Int)
+        case abandoned(ticket: UInt64, at: Int = 0)
         case paceTimer(UInt64, at: Int)
         case budget(Double?, at: Int = 0)
         case stop
@@ -48,6 +49,7 @@ struct SendGateStateMachineTests {
             machine.fault(kind, reason: reason, retryAfter: retryAfter, minimumPause: minimum, quota: quota, ticket: ticket,
                           jitter: 1, now: at(ms))
         case .pauseEnded(let ms): machine.pauseEnded(now: at(ms))
+        case .abandoned(let ticket, let ms): machine.abandoned(ticket: ticket, now: at(ms))
         case .paceTimer(let number, let ms): machine.paceTimerFired(number, now: at(ms))
         case .budget(let perSecond, let ms): machine.budgetChanged(perSecond: perSecond, now: at(ms))
         case .stop: machine.stop()
@@ -133,6 +135,17 @@ struct SendGateStateMachineTests {
             (.healthy(ticket: 3, at: 1500),
              ["resumed", "paused 0", "health ok", "log resumed project after 1500ms released 3", "start 4#4", "start 5#5", "start 6#6"]),
             (.submit(7, at: 1600), ["start 7#7"]),
+        ], phase: .open),
+        Case(name: "a probe that ends without an answer (cancelled) is replaced by the next held send; other sends' ends change nothing", steps: [
+            (.submit(1), ["start 1#1"]), (.submit(2), ["start 2#2"]),
+            (.fault(.project, "PERMISSION_DENIED", ticket: 1),
+             ["fault project", "paused 1", "health paused project PERMISSION_DENIED", "log paused project PERMISSION_DENIED 1000ms",
+              "pauseEnd in 1000ms"]),
+            (.submit(3, at: 100), []), (.submit(4, at: 200), []),
+            (.pauseEnded(at: 1000), ["probe", "start 3#3"]),
+            (.abandoned(ticket: 2, at: 1100), []),
+            (.abandoned(ticket: 3, at: 1200), ["probe", "start 4#4"]),
+            (.healthy(ticket: 4, at: 1300), ["resumed", "paused 0", "health ok", "log resumed project after 1300ms released 0"]),
         ], phase: .open),
         Case(name: "a pause end with nothing held: the next send is the probe", steps: [
             (.submit(1), ["start 1#1"]),

@@ -11,9 +11,14 @@ public final class NotifySocket: Sendable {
         var closed = false
     }
 
+    /// Shared with the draining thread, which must not keep the socket alive (it ends when the socket is released).
+    private final class Shared: Sendable {
+        let state = Mutex(State())
+    }
+
     public let path: String
     private let fd: Int32
-    private let state = Mutex(State())
+    private let shared = Shared()
 
     public init() throws {
         path = NSTemporaryDirectory() + "mw-notify-\(UUID().uuidString.prefix(8)).sock"
@@ -31,23 +36,25 @@ public final class NotifySocket: Sendable {
         guard bound == 0 else { throw TestSupportError("bind(\(path)) failed") }
         var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let thread = Thread { [self] in drain() }
+        let (drained, socket) = (shared, fd)
+        let thread = Thread { Self.drain(fd: socket, shared: drained) }
         thread.start()
     }
 
     deinit {
-        state.withLock { $0.closed = true }
+        shared.state.withLock { $0.closed = true }
         close(fd)
         unlink(path)
     }
 
-    private func drain() {
+    /// Reads until the socket is released (`closed`; the receive timeout makes the loop look every 100 ms).
+    private static func drain(fd: Int32, shared: Shared) {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while !state.withLock({ $0.closed }) {
+        while !shared.state.withLock({ $0.closed }) {
             let count = recv(fd, &buffer, buffer.count, 0)
             guard count > 0 else { continue }
             let message = String(decoding: buffer.prefix(count), as: UTF8.self)
-            state.withLock { $0.messages.append(message) }
+            shared.state.withLock { $0.messages.append(message) }
         }
     }
 
@@ -56,7 +63,7 @@ public final class NotifySocket: Sendable {
     public func read(until predicate: (String) -> Bool, seconds: Double) -> [String] {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
-            let result = state.withLock { state -> [String]? in
+            let result = shared.state.withLock { state -> [String]? in
                 let fresh = state.messages[state.cursor...]
                 if let index = fresh.firstIndex(where: predicate) {
                     defer { state.cursor = index + 1 }
