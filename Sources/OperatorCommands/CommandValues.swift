@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Outbox
 import WorkerConfig
 
 /// How the commands read and show values: durations, timestamps, masked tokens, JSON members.
@@ -22,18 +23,9 @@ public enum CommandValues {
     public static func number(_ value: Int?) -> JSONValue { value.map { .number(Double($0)) } ?? .null }
 
     /// A duration for people: `45s`, `12m`, `3.5h`, `2.0d`.
-    public static func age(_ seconds: Double?) -> String {
-        guard let seconds else { return "-" }
-        if seconds < 120 { return "\(Int(seconds.rounded()))s" }
-        if seconds < 7200 { return "\(Int((seconds / 60).rounded()))m" }
-        if seconds < 172_800 { return oneDecimal(seconds / 3600) + "h" }
-        return oneDecimal(seconds / 86_400) + "d"
-    }
+    public static func age(_ seconds: Double?) -> String { seconds.map { DurationText.age(seconds: $0) } ?? "-" }
 
-    static func oneDecimal(_ value: Double) -> String {
-        let tenths = Int((value * 10).rounded())
-        return "\(tenths / 10).\(tenths % 10)"
-    }
+    static func oneDecimal(_ value: Double) -> String { DurationText.oneDecimal(value) }
 
     /// Rows as aligned columns under a header (two spaces between columns).
     public static func table(_ header: [String], _ rows: [[String]]) -> String {

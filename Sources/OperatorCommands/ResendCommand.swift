@@ -145,7 +145,6 @@ struct ResendCommand: OperatorCommand {
         let (target, dryRun) = (self.target, self.dryRun)
         return try await context.withDatabase { client, settings in
             try await client.withTransaction { connection in
-                let maxAge = settings.eventMaxAge
                 let eventRows: PostgresRows
                 var only: String?
                 switch target {

@@ -128,7 +128,7 @@ public enum EventFate {
 
     public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool) -> Resend {
         if isPastMaxAge(ageSeconds: eventAgeSeconds, maxAge: maxAge) {
-            return .skip(reason: "event past EVENT_MAX_AGE (\(ValueText.age(maxAge))): it would only expire")
+            return .skip(reason: "event past EVENT_MAX_AGE (\(DurationText.age(seconds: maxAge.asSeconds))): it would only expire")
         }
         guard deviceExists else { return .skip(reason: "device deleted") }
         guard deviceEnabled else { return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)") }
@@ -136,13 +136,18 @@ public enum EventFate {
     }
 }
 
-/// A duration for people: `45s`, `12m`, `3.5h`, `2.0d`.
-enum ValueText {
-    static func age(_ duration: Duration) -> String {
-        let seconds = duration.asSeconds
+/// A duration for people: `45s`, `12m`, `3.5h`, `2.0d` (the operator commands' text and the fates' reasons).
+public enum DurationText {
+    public static func age(seconds: Double) -> String {
         if seconds < 120 { return "\(Int(seconds.rounded()))s" }
         if seconds < 7200 { return "\(Int((seconds / 60).rounded()))m" }
-        let tenths = seconds < 172_800 ? Int((seconds / 360).rounded()) : Int((seconds / 8640).rounded())
-        return "\(tenths / 10).\(tenths % 10)" + (seconds < 172_800 ? "h" : "d")
+        if seconds < 172_800 { return oneDecimal(seconds / 3600) + "h" }
+        return oneDecimal(seconds / 86_400) + "d"
+    }
+
+    /// `value` with one decimal: `3.5`.
+    public static func oneDecimal(_ value: Double) -> String {
+        let tenths = Int((value * 10).rounded())
+        return "\(tenths / 10).\(tenths % 10)"
     }
 }
