@@ -77,6 +77,23 @@ public enum EventFate {
         }
     }
 
+    // MARK: Fanned out again
+
+    /// What a PENDING delivery left by an earlier attempt (or a crashed worker) becomes when its event is fanned out
+    /// again: sent under the new lease, or FAILED when its device was disabled since (a disabled device stays
+    /// disabled; `devices enable` is the way back). The fan-out statement applies this rule in SQL
+    /// (`OutboxStore.fanOutQuery`: `reclaimed` and `failed`).
+    public enum Reclaim: Sendable, Equatable {
+        case send
+        case failed(reason: String)
+    }
+
+    public static let deviceDisabledBeforeSend = "device disabled before send"
+
+    public static func reclaimed(deviceEnabled: Bool) -> Reclaim {
+        deviceEnabled ? .send : .failed(reason: deviceDisabledBeforeSend)
+    }
+
     /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
     public static func disableCode(_ reason: String) -> String {
         let code = String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber })

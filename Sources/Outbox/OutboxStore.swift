@@ -7,8 +7,8 @@ import Timekeeping
 struct OutboxStore: Sendable {
     let client: PostgresClient
 
-    /// The client's settings for the completer's and heartbeat's transactions, whose every statement updates rows by
-    /// primary key (`TransactionSettings.forKeyedStatements`).
+    /// The client's settings for the claim, the fan-out, the completer's and the heartbeat's transactions, whose every
+    /// statement finds its rows by an index (`TransactionSettings.forKeyedStatements`).
     let keyedSettings: TransactionSettings
 
     init(client: PostgresClient) {
@@ -20,7 +20,8 @@ struct OutboxStore: Sendable {
 
     /// Due PENDING rows, oldest first, locked with SKIP LOCKED, leased to `worker` under `token` for `lease`, attempt
     /// counted, each with its age (`EventFate.atClaim` decides whether it expired). The locked rows are updated by their
-    /// tuple id (a TID lookup, not a second walk of the primary key): locked, they cannot move.
+    /// tuple ids (`ctid = ANY(…)`: a TID lookup whatever the statistics say, not a second walk of the primary key, nor
+    /// a hash join against the whole table as a plan made on an empty table chose): locked, they cannot move.
     static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration) -> PostgresQuery {
         """
         WITH due AS (
@@ -34,7 +35,7 @@ struct OutboxStore: Sendable {
         SET attempts = o.attempts + 1, "leasedBy" = \(worker), "leaseToken" = \(token.text)::uuid,
             "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision),
             "availableAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
-        FROM due WHERE o.ctid = due.ctid
+        WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM due))
         RETURNING o.id, o."eventType", o."patientId", o.payload::text AS payload, o.attempts,
                   extract(epoch FROM now() - o."createdAt")::double precision AS age_seconds,
                   (SELECT p."displayName" FROM "Patient" p WHERE p.id = o."patientId") AS display_name,
@@ -45,7 +46,7 @@ struct OutboxStore: Sendable {
     /// Claims up to `limit` due events under a new lease.
     func claim(limit: Int, workerId: String, lease: Duration) async throws -> [ClaimedEvent] {
         let token = LeaseToken()
-        let rows = try await client.query(Self.claimQuery(limit: limit, worker: workerId, token: token, lease: lease))
+        let rows = try await client.query(Self.claimQuery(limit: limit, worker: workerId, token: token, lease: lease), settings: keyedSettings)
         let id = rows.column("id"), eventType = rows.column("eventType"), patientId = rows.column("patientId"), payload = rows.column("payload")
         let attempts = rows.column("attempts"), age = rows.column("age_seconds"), displayName = rows.column("display_name")
         let createdAt = rows.column("createdAt")
@@ -68,6 +69,9 @@ struct OutboxStore: Sendable {
     ///   fan-out);
     /// - `reclaimed`: PENDING deliveries of those keys from an earlier attempt or a crashed worker, leased again;
     /// - `failed`: a PENDING delivery of those keys whose device was disabled since it was inserted will never be sent.
+    /// Both probes find their rows by key and look each row's device up by id (a scalar subquery: a probe per row
+    /// whatever the statistics say; written as a join, a plan took the few disabled devices as the outer side and
+    /// walked all 20,000 devices on every fan-out). `EventFate.reclaimed` is the rule the two apply.
     /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A retried
     /// event is always probed, so a delivery left by an earlier attempt to a device that is no longer a target (its
     /// devices replaced since) is failed or resent on that attempt, never left to exhaust the attempts.
@@ -118,17 +122,15 @@ struct OutboxStore: Sendable {
             UPDATE "PushDelivery" pd
             SET attempts = pd.attempts + 1, "leaseToken" = \(token.text)::uuid,
                 "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
-            FROM "PushDevice" d
             WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
-              AND d.id = pd."pushDeviceId" AND d."isEnabled"
+              AND (SELECT d."isEnabled" FROM "PushDevice" d WHERE d.id = pd."pushDeviceId")
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
-            RETURNING pd.id, pd."eventKey", pd."pushDeviceId", d.token
+            RETURNING pd.id, pd."eventKey", pd."pushDeviceId", (SELECT d.token FROM "PushDevice" d WHERE d.id = pd."pushDeviceId") AS token
         ), failed AS (
             UPDATE "PushDelivery" pd
-            SET status = 'FAILED', "lastError" = 'device disabled before send', "leaseToken" = NULL, "leaseExpiresAt" = NULL
-            FROM "PushDevice" d
+            SET status = 'FAILED', "lastError" = \(EventFate.deviceDisabledBeforeSend), "leaseToken" = NULL, "leaseExpiresAt" = NULL
             WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
-              AND d.id = pd."pushDeviceId" AND NOT d."isEnabled"
+              AND NOT (SELECT d."isEnabled" FROM "PushDevice" d WHERE d.id = pd."pushDeviceId")
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id
         )
@@ -157,7 +159,8 @@ struct OutboxStore: Sendable {
             if event.attempts > 1 { retried.append(event.eventKey) }
         }
         guard !keys.isEmpty else { return [] }
-        let rows = try await client.query(Self.fanOutQuery(keys: keys, patients: patients, token: token, lease: lease, retried: retried))
+        let rows = try await client.query(Self.fanOutQuery(keys: keys, patients: patients, token: token, lease: lease, retried: retried),
+                                          settings: keyedSettings)
         let id = rows.column("id"), eventKey = rows.column("eventKey"), deviceId = rows.column("pushDeviceId"), deviceToken = rows.column("token")
         let claimedAt = rows.column("claimed_at")
         var deliveries: [ClaimedDelivery] = []

@@ -107,6 +107,12 @@ extension PostgresClient {
         try await self.query(query.sql, query.binds)
     }
 
+    /// Runs one query in its own transaction with `settings` instead of the client's (one round trip, as a pipeline).
+    @discardableResult
+    public func query(_ query: PostgresQuery, settings: TransactionSettings) async throws -> PostgresRows {
+        try await pipelinedTransaction([(query.sql, query.binds)], settings: settings)[0]
+    }
+
     /// Runs independent queries in one transaction, in one round trip (see `pipelinedTransaction(_:settings:)`).
     @discardableResult
     public func pipelinedTransaction(_ queries: [PostgresQuery], settings: TransactionSettings? = nil) async throws -> [PostgresRows] {

@@ -114,8 +114,12 @@ struct ConcurrencyTests {
             let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
                                                     token: second[0].lease, lease: .seconds(60))
             #expect(deliveries.map(\.token) == ["token-new"])
-            let rows = try db.connection.query(#"SELECT "pushDeviceId", status FROM "PushDelivery""#)
-            #expect(try rows.first { try $0["pushDeviceId"].string() == old }?["status"].string() == "FAILED")
+            let rows = try db.connection.query(#"SELECT "pushDeviceId", status, "lastError" FROM "PushDelivery""#)
+            let oldRow = try rows.first { try $0["pushDeviceId"].string() == old }
+            #expect(try oldRow?["status"].string() == "FAILED")
+            // The write `EventFate.reclaimed` calls for, as the fan-out statement made it.
+            #expect(oldRow?["lastError"].optionalString() == EventFate.deviceDisabledBeforeSend)
+            #expect(EventFate.reclaimed(deviceEnabled: false) == .failed(reason: EventFate.deviceDisabledBeforeSend))
         }
     }
 

@@ -43,6 +43,11 @@ struct EventFateTests {
         #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
     }
 
+    @Test func reclaimedAtFanOut_perDevice() {
+        #expect(EventFate.reclaimed(deviceEnabled: true) == .send)
+        #expect(EventFate.reclaimed(deviceEnabled: false) == .failed(reason: "device disabled before send"))
+    }
+
     /// (deliveries pending, attempts, max attempts) -> status.
     static let settlements: [(Bool, Int, Int, EventFate.Settled)] = [
         (false, 1, 10, .done), (false, 10, 10, .done), (false, 12, 10, .done),

@@ -64,6 +64,36 @@ struct PostgresConnectionTests {
         }
     }
 
+    /// A statement is prepared again after 32 executions, then after 64 more, and so on (each preparation lives twice
+    /// as long), so its plan is made again from the table sizes of the day: the server's own counters show the
+    /// executions of the current preparation only, under the same name.
+    @Test func pipelinedStatements_arePreparedAgainAsTheyAge() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
+            let insert = "INSERT INTO t VALUES ($1)"
+            func executionsOfCurrentPreparation() throws -> Int {
+                let rows = try connection.query("SELECT name, generic_plans + custom_plans AS n FROM pg_prepared_statements")
+                #expect(rows.count == 1)
+                #expect(try rows[0]["name"].string() == PostgresConnection.statementName(insert))
+                return try rows[0]["n"].int()
+            }
+            var id = 0
+            func run(_ times: Int) throws {
+                for _ in 0..<times { id += 1; _ = try connection.pipelinedTransaction([(insert, [.int(id)])]) }
+            }
+            try run(32)
+            #expect(try executionsOfCurrentPreparation() == 32)
+            try run(1)
+            #expect(try executionsOfCurrentPreparation() == 1)  // the 33rd ran under a new preparation
+            try run(63)
+            #expect(try executionsOfCurrentPreparation() == 64)
+            try run(10)
+            #expect(try executionsOfCurrentPreparation() == 10)  // the second lived 64
+            #expect(try connection.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 106)
+        }
+    }
+
     /// A prepared statement's generic plan outlives the statistics it was made with. Made while the table was empty
     /// (a new or truncated queue table, before autovacuum's first ANALYZE), a keyed UPDATE kept scanning the whole
     /// table once it held thousands of rows; under `forKeyedStatements` it stays an index lookup.
