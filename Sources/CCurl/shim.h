@@ -38,6 +38,20 @@ static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, 
     return curl_multi_setopt(handle, option, value);
 }
 
+/* CURLOPT_SSL_CTX_FUNCTION: clear SSL_MODE_RELEASE_BUFFERS, which libcurl 7.88 sets on every context it makes
+   (8.8 dropped it). With it, OpenSSL frees a connection's read and write buffers whenever they empty and allocates
+   them again for the next record: an allocation and a free per record on a connection that carries a record every
+   few microseconds. The buffers (about 34 KB per connection) stay allocated instead. */
+#include <openssl/ssl.h>
+static CURLcode mw_keep_tls_buffers(CURL *handle, void *ssl_ctx, void *userdata) {
+    (void)handle; (void)userdata;
+    SSL_CTX_clear_mode((SSL_CTX *)ssl_ctx, SSL_MODE_RELEASE_BUFFERS);
+    return CURLE_OK;
+}
+static inline CURLcode mw_easy_keep_tls_buffers(CURL *handle) {
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, mw_keep_tls_buffers);
+}
+
 typedef int (*mw_curl_sockopt_callback)(void *clientp, curl_socket_t fd, curlsocktype purpose);
 static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_curl_sockopt_callback callback, void *clientp) {
     CURLcode code = curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, callback);

@@ -11,6 +11,7 @@ final class CurlTransfer {
     let easy: UnsafeMutableRawPointer
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var headerSource: [String: String]?
+    private var suppressesExpect = false
     private var url: String?
     private var method: HTTPMethod?
     private var timeoutMs = -1
@@ -73,6 +74,8 @@ final class CurlTransfer {
         // `maxConnectionAge`) parsed the whole bundle again: about 28 ms of CPU per connection under OpenSSL 3.
         try check(mw_easy_setopt_cstr(easy, CURLOPT_CAPATH, nil), "CAPATH")
         try check(mw_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 3600), "CA_CACHE_TIMEOUT")
+        try check(mw_easy_keep_tls_buffers(easy), "SSL_CTX_FUNCTION")
+        try check(mw_easy_setopt_cstr(easy, CURLOPT_NOPROXY, ProxySettings.process.noProxy), "NOPROXY")
         // Connection health: an idle connection silently dropped (NAT, half-open) is found by TCP keepalive
         // probes (10 s idle, then every 5 s); one that stops acknowledging what we send is dropped after
         // `stallTimeout` (TCP_USER_TIMEOUT, set by `TransferSockets`); none is reused past `maxConnectionAge`, so turnover is routine.
@@ -99,6 +102,7 @@ final class CurlTransfer {
         resetResponse()
         if url != request.url {
             try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
+            try check(mw_easy_setopt_cstr(easy, CURLOPT_PROXY, ProxySettings.process.proxy(for: request.url)), "PROXY")
             url = request.url
         }
         let timeout = (request.timeout ?? configuration.requestTimeout).milliseconds
@@ -135,17 +139,21 @@ final class CurlTransfer {
         } else {
             bodySize = 0
         }
-        if headerSource != request.headers {
+        // libcurl 7.88 asks for `Expect: 100-continue` (and waits up to a second for it) only for HTTP/1.1 bodies over
+        // 1 MiB; "Expect:" with no value removes it. Smaller bodies carry no such entry for libcurl to scan.
+        let suppressExpect = request.body.count > 1 << 20 && !request.headers.keys.contains { $0.lowercased() == "expect" }
+        if headerSource != request.headers || suppressesExpect != suppressExpect {
             if let headerList { curl_slist_free_all(headerList) }
             headerList = nil
             var headers = request.headers
-            if headers.keys.contains(where: { $0.lowercased() == "expect" }) == false { headers["Expect"] = "" }
+            if suppressExpect { headers["Expect"] = "" }
             for (name, value) in headers {
-                // "Name:" with an empty value removes a header curl would add (Expect: 100-continue).
+                // "Name:" with an empty value removes a header curl would add.
                 headerList = curl_slist_append(headerList, value.isEmpty ? "\(name):" : "\(name): \(value)")
             }
             try check(mw_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
             headerSource = request.headers
+            suppressesExpect = suppressExpect
         }
     }
 

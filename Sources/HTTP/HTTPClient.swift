@@ -420,7 +420,7 @@ public final class HTTPClient: Sendable {
                 let transfer = Unmanaged<CurlTransfer>.fromOpaque(pointer).takeUnretainedValue()
                 guard running[transfer.id] != nil else { continue }
                 opened += transfer.connectionsOpened
-                if transfer.isUnprocessedRetryable(code), transfer.resends < Self.maxResends {
+                if code != CURLE_OK, transfer.isUnprocessedRetryable(code), transfer.resends < Self.maxResends {
                     // The server closed the connection (GOAWAY, or it died) before processing this request, and
                     // libcurl's own retries found only doomed connections: send it again on a fresh one.
                     transfer.resends += 1
