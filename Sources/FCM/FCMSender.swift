@@ -125,10 +125,12 @@ public final class FCMSender: PushSender {
             switch result {
             case .failure(let error):
                 let reason = "TRANSPORT_\(error.code.description.uppercased()): \(error.message.prefix(160))"
-                if error.code != .cancelled && error.code != .shutdown {
+                if error.code != .cancelled && error.code != .shutdown && error.code != .queued {
                     gate.fault(.connection, reason: reason, retryAfter: nil, ticket: ticket)
                 } else {
-                    // No answer, and none will come: if this was the probe, the next held send probes instead.
+                    // No answer, and none will come: if this was the probe, the next held send probes instead. A send
+                    // whose deadline passed while it waited in libcurl for a connection never reached FCM: that says
+                    // nothing against FCM (the send that owns the connection reports the connection's own fault).
                     gate.abandoned(ticket: ticket)
                 }
                 completion(.retry(reason: reason, after: nil, minimumBackoff: nil))

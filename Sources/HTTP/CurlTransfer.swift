@@ -199,6 +199,9 @@ final class CurlTransfer {
         guard code == CURLE_OK else {
             let detail = String(cString: errorBuffer)
             let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            if code == CURLE_OPERATION_TIMEDOUT, neverLeftTheQueue {
+                return .failure(HTTPError(.queued, "no connection free for the request before its deadline (nothing sent): \(message)"))
+            }
             return .failure(HTTPError(Self.classify(code), message))
         }
         var status = 0
@@ -207,6 +210,17 @@ final class CurlTransfer {
         _ = mw_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version)
         let versionText = version == Int(CURL_HTTP_VERSION_2_0) ? "2" : version == Int(CURL_HTTP_VERSION_1_0) ? "1.0" : "1.1"
         return .success(HTTPResponse(status: status, rawHeaders: responseHeaders, body: responseBody, httpVersion: versionText))
+    }
+
+    /// The transfer never left libcurl's queue: no name was looked up for it (that comes after a connection is
+    /// found or allowed to open) and no request was sent (pre-transfer is reached by every transfer that starts
+    /// sending, on a new connection or a reused one). A transfer whose own connection hangs has a lookup time.
+    private var neverLeftTheQueue: Bool {
+        var lookup: curl_off_t = 0
+        var pretransfer: curl_off_t = 0
+        _ = mw_easy_getinfo_off(easy, CURLINFO_NAMELOOKUP_TIME_T, &lookup)
+        _ = mw_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer)
+        return lookup == 0 && pretransfer == 0
     }
 
     /// New connections this transfer opened (0 when it reused one).

@@ -160,6 +160,9 @@ extension ErrorCode where Family == HTTPError {
     /// Could not resolve or connect.
     public static let connect = Self("connect")
     public static let timeout = Self("timeout")
+    /// The deadline passed while the request waited inside libcurl for a connection (all busy, or one still being
+    /// opened by another request): nothing was sent, and it says nothing against the server.
+    public static let queued = Self("queued")
     /// Anything else on the wire (reset, protocol error).
     public static let transport = Self("transport")
     /// The client was shut down.

@@ -164,6 +164,35 @@ struct FCMSenderTests {
         #expect(rig.metrics.value("fcm_quota_exceeded_total") == 8)
     }
 
+    /// Sends that wait in libcurl for a connection another send is opening, and reach their deadline there, never
+    /// reached FCM: they are retried without counting against FCM. Only the send that owns the stuck connection is a
+    /// connection fault, one of the five in a row that pause the sender (eight such faults paused it before).
+    @Test func sendsWaitingForAStuckConnection_areNotFaultsOfFCM() async throws {
+        let fixtures = TLSFixtures.shared
+        let keys = try fixtures.rsaKeyPair()
+        let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
+        defer { emulator.stop() }
+        let silent = LoopbackSocket(listen: true)  // accepts, never completes a TLS handshake
+        defer { silent.close() }
+        let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
+        let metrics = MetricsRegistry()
+        let sender = try FCMSender(
+            configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: "https://127.0.0.1:\(silent.port)",
+                                            http: HTTPClientConfiguration(maxInFlight: 20, requestTimeout: .seconds(1), caFile: fixtures.caFile)),
+            logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics)
+        defer { sender.shutdown() }
+        let outcomes = await withTaskGroup(of: SendOutcome.self) { group in
+            for index in 0..<8 { group.addTask { await sender.send(Self.push("stuck-\(index)")) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let reasons = outcomes.map { outcome -> String in
+            guard case .retry(let reason, _, _) = outcome else { return "\(outcome)" }
+            return String(reason.prefix { $0 != ":" })
+        }
+        #expect(reasons.sorted() == ["TRANSPORT_QUEUED"] + Array(repeating: "TRANSPORT_QUEUED", count: 6) + ["TRANSPORT_TIMEOUT"])
+        #expect(metrics.value("fcm_send_paused") == 0)
+    }
+
     @Test func oneTokenFetch_servesManySends() async throws {
         let rig = try Self.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }

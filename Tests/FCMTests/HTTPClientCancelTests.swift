@@ -66,7 +66,7 @@ struct HTTPClientCancelTests {
     }
 }
 
-private extension Result where Failure == HTTPError {
+extension Result where Failure == HTTPError {
     var failureCode: HTTPError.Code? {
         if case .failure(let error) = self { error.code } else { nil }
     }
