@@ -85,6 +85,9 @@ struct OutboxStore: Sendable {
         """
     }
 
+    /// `EventFate.reclaimed`'s reason for a delivery whose device was disabled before it was sent, as an SQL literal.
+    static let deviceDisabledReason = PostgresQuery(stringLiteral: "'" + EventFate.deviceDisabledBeforeSend.replacing("'", with: "''") + "'")
+
     /// A new delivery's id: a UUID version 7 (RFC 9562) as text: 48 bits of Unix milliseconds, then random bits (a
     /// random version-4 UUID with its first six bytes replaced and its version nibble turned from 4 into 7). Ids that
     /// grow with time land at the right edge of the primary-key index, as a sequence's would; random ones dirtied a
@@ -128,7 +131,7 @@ struct OutboxStore: Sendable {
             RETURNING pd.id, pd."eventKey", pd."pushDeviceId", (SELECT d.token FROM "PushDevice" d WHERE d.id = pd."pushDeviceId") AS token
         ), failed AS (
             UPDATE "PushDelivery" pd
-            SET status = 'FAILED', "lastError" = \(EventFate.deviceDisabledBeforeSend), "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            SET status = 'FAILED', "lastError" = \(sql: deviceDisabledReason), "leaseToken" = NULL, "leaseExpiresAt" = NULL
             WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
               AND NOT (SELECT d."isEnabled" FROM "PushDevice" d WHERE d.id = pd."pushDeviceId")
               AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())

@@ -165,29 +165,13 @@ struct Supervisor {
         }
     }
 
-    /// The result of `body`, or nil as soon as a stop is requested (`body` then finishes unobserved).
-    static func unlessStopped<T: Sendable>(_ stop: StopSignal, _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
-        let first = FirstAnswer<Result<T, any Error>?>()
-        Task {
-            let result: Result<T, any Error>
-            do { result = .success(try await body()) } catch { result = .failure(error) }
-            first.give(result)
-        }
-        let watcher = Task {
-            await stop.wait()
-            first.give(nil)
-        }
-        defer { watcher.cancel() }
-        return try await first.value()?.get()
-    }
-
     /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.
     private func waitForDatabase(_ database: PostgresClient, stop: StopSignal) async -> Bool {
         var attempt = 0
         while !stop.isRequested {
             do {
                 // A connection attempt to a database that hangs lasts up to connect_timeout; SIGTERM does not wait for it.
-                guard let missing = try await Self.unlessStopped(stop, { try await database.withConnection { try Migrator.missingVersions($0) } })
+                guard let missing = try await stop.unlessStopped({ try await database.withConnection { try Migrator.missingVersions($0) } })
                 else { return false }
                 if missing.isEmpty {
                     parts.setCheck(.database, .ok)
@@ -218,38 +202,3 @@ extension PostgresListener: Service {
     }
 }
 
-/// The first of several answers (the rest are dropped), awaited once: a race without polling, where the losing
-/// side cannot be cancelled (a libpq call blocked on a silent database).
-final class FirstAnswer<Value: Sendable>: Sendable {
-    private struct State {
-        var answer: Value?
-        var answered = false
-        var waiter: CheckedContinuation<Value, Never>?
-    }
-
-    private let state = Mutex(State())
-
-    func give(_ answer: Value) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
-            guard !state.answered else { return nil }
-            state.answered = true
-            state.answer = answer
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(returning: answer)
-    }
-
-    func value() async -> Value {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Value, Never>) in
-            let ready = state.withLock { state -> Value? in
-                guard state.answered else {
-                    state.waiter = continuation
-                    return nil
-                }
-                return state.answer
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
-    }
-}

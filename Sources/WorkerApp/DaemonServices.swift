@@ -52,17 +52,6 @@ struct StatusRefresher: PeriodicJob {
     /// The refresh, waited for while the loop stays alive: its answer is taken the moment it comes; readiness turns
     /// down once it has taken `probeTimeout`; a stop ends the wait.
     private func refresh(until stop: StopSignal) async throws -> QueueGauges.Snapshot? {
-        let answer = FirstAnswer<Result<QueueGauges.Snapshot, any Error>?>()  // nil: a stop came first
-        let gauges = self.gauges
-        let task = Task {
-            let result: Result<QueueGauges.Snapshot, any Error>
-            do { result = .success(try await gauges.refresh()) } catch { result = .failure(error) }
-            answer.give(result)
-        }
-        let stopWatch = Task {
-            await stop.wait()
-            answer.give(nil)
-        }
         // No answer within the probe timeout: readiness turns down, and the loop keeps saying it is alive (it is the
         // database that does not answer; a restart would not help) until the answer or a stop.
         let parts = self.parts
@@ -76,16 +65,20 @@ struct StatusRefresher: PeriodicJob {
                 try await Task.sleep(for: .seconds(1))
             }
         }
-        let result = await answer.value()
-        stopWatch.cancel()
-        probe.cancel()
         // The probe's last word comes before the caller's: a `.down` it was writing cannot land after the caller's `.ok`.
-        _ = await probe.result
-        guard let result else {
-            task.cancel()
-            return nil
+        func endProbe() async {
+            probe.cancel()
+            _ = await probe.result
         }
-        return try result.get()
+        let gauges = self.gauges
+        do {
+            let snapshot = try await stop.unlessStopped { try await gauges.refresh() }  // nil: a stop came first
+            await endProbe()
+            return snapshot
+        } catch {
+            await endProbe()
+            throw error
+        }
     }
 
     // A periodic job: a refresh every 5 s, the database check and STATUS= from its outcome.

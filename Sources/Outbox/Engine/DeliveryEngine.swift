@@ -73,16 +73,11 @@ public final class DeliveryEngine: Service {
         logger.info("delivery engine stopped")
     }
 
-    /// Processes due events until none is left and nothing is in progress (tests, tools).
-    /// Returns the number of events claimed.
-    @discardableResult
-    public func drain() async throws -> Int {
-        await runStages(untilIdle: true, stop: StopSignal())
-    }
-
     /// The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
     /// renew and tells it what it renewed or lost; the loop starts the sends. Returns the events claimed.
-    private func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
+    /// With `untilIdle` (tests and tools: `drain()` in the tests' support) it returns once nothing is due and nothing
+    /// is in progress.
+    func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
@@ -97,29 +92,22 @@ public final class DeliveryEngine: Service {
 
         async let written: Void = writer.run(reportingTo: engine)
         async let heartbeats: Void = heartbeat.run(until: heartbeatStop)
-        let claimers = max(1, configuration.claimers)
-        let claimed = await withTaskGroup(of: Int?.self) { loops in
+        let claimed = ClaimLoop.Tally()
+        let claimLoops = (0..<max(1, configuration.claimers)).map { _ in
+            ClaimLoop(claimer: claimer, engine: engine, wake: wake, configuration: configuration, logger: logger, untilIdle: untilIdle,
+                      onProgress: onProgress, claimed: claimed)
+        }
+        await withTaskGroup(of: Void.self) { watcher in
             // A stop wakes the claimers (and their waits for room) at once; the loop checks it before every send.
-            loops.addTask {
+            watcher.addTask {
                 await stop.wait()
                 if stop.isRequested {
                     await engine.stop()
                     self.wake.wakeAll()
                 }
-                return nil
             }
-            for _ in 0..<claimers {
-                loops.addTask { await self.claimLoop(claimer, engine: engine, untilIdle: untilIdle, stop: stop) }
-            }
-            var total = 0
-            var running = claimers
-            while running > 0, let result = await loops.next() {
-                guard let result else { continue }
-                total += result
-                running -= 1
-            }
-            loops.cancelAll()
-            return total
+            try? await ConcurrentServices(claimLoops).run(until: stop)  // claim loops never throw
+            watcher.cancelAll()
         }
         // Stop: nothing new is sent (queued work is released); sends in flight are awaited until the deadline, then
         // cancelled (their outcome is unknown: their deliveries keep their lease, FCM may have them). Every answered
@@ -136,49 +124,6 @@ public final class DeliveryEngine: Service {
         await written
         heartbeatStop.request(grace: .zero)
         await heartbeats
-        return claimed
-    }
-
-    /// Waits after consecutive failed claims: 200 ms, 400 ms, … 5 s.
-    static let claimBackoff = Backoff(base: .milliseconds(200), cap: .seconds(5))
-
-    /// Claims whenever there is room, woken by NOTIFY, freed capacity, settled events and the poll.
-    private func claimLoop(_ claimer: Claimer, engine: EngineLoop, untilIdle: Bool, stop: StopSignal) async -> Int {
-        var total = 0
-        var failures = 0
-        while true {
-            // Read before the stop check: a wake-up (a stop among them) that lands while this pass runs is never missed.
-            let seen = wake.current
-            if stop.isRequested { break }
-            onProgress()
-            // Room for a batch (at most half the high-water mark), so a backlog is claimed in full batches.
-            let highWater = await engine.highWater
-            await engine.waitForRoom(min(configuration.batchSize, highWater / 2))
-            if stop.isRequested { break }
-            let limit = min(configuration.batchSize, max(1, highWater - (await engine.load)))
-            do {
-                let claim = try await claimer.claim(limit: limit)
-                if claim.count > 0 { await engine.claimed(claim.groups, finished: claim.finished) }
-                total += claim.count
-                failures = 0
-                if claim.count == limit { continue }
-                if untilIdle {
-                    if claim.count == 0, await engine.groupCount == 0 { break }
-                    await engine.waitUntilIdle()
-                    continue
-                }
-                await wake.wait(after: seen, timeout: configuration.pollInterval)
-            } catch {
-                failures += 1
-                // Database down or failing over: keep polling, slower, without crashing.
-                let delay = Self.claimBackoff.delay(afterAttempt: failures, jitter: 1)
-                if failures == 1 || failures % 20 == 0 {
-                    logger.warning("claim failed; retrying", metadata: ["error": "\(error)"])
-                }
-                if untilIdle && failures > 3 { break }
-                await wake.wait(after: seen, timeout: delay)
-            }
-        }
-        return total
+        return claimed.value
     }
 }

@@ -1,0 +1,58 @@
+import Synchronization
+
+extension StopSignal {
+    /// The result of `body`, or nil as soon as a stop is requested (`body` then finishes unobserved): for work that
+    /// cannot be cancelled (a libpq call blocked on a silent database) and must not hold a stop up.
+    public func unlessStopped<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T? {
+        let first = FirstAnswer<Result<T, any Error>?>()
+        Task {
+            let result: Result<T, any Error>
+            do { result = .success(try await body()) } catch { result = .failure(error) }
+            first.give(result)
+        }
+        let watcher = Task {
+            await wait()
+            first.give(nil)
+        }
+        defer { watcher.cancel() }
+        return try await first.value()?.get()
+    }
+}
+
+/// The first of several answers (the rest are dropped), awaited once: a race without polling, where the losing
+/// side cannot be cancelled (a libpq call blocked on a silent database).
+public final class FirstAnswer<Value: Sendable>: Sendable {
+    private struct State {
+        var answer: Value?
+        var answered = false
+        var waiter: CheckedContinuation<Value, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func give(_ answer: Value) {
+        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
+            guard !state.answered else { return nil }
+            state.answered = true
+            state.answer = answer
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: answer)
+    }
+
+    public func value() async -> Value {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Value, Never>) in
+            let ready = state.withLock { state -> Value? in
+                guard state.answered else {
+                    state.waiter = continuation
+                    return nil
+                }
+                return state.answer
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
