@@ -10,10 +10,14 @@ struct OutboxStore: Sendable {
     /// The client's settings for the claim, the fan-out, the completer's and the heartbeat's transactions, whose every
     /// statement finds its rows by an index (`TransactionSettings.forKeyedStatements`).
     let keyedSettings: TransactionSettings
+    /// `keyedSettings` with generic plans: the completer's and the heartbeat's transactions, many a second
+    /// (`TransactionSettings.forFrequentStatements`).
+    let frequentSettings: TransactionSettings
 
     init(client: PostgresClient) {
         self.client = client
         keyedSettings = client.settings.forKeyedStatements()
+        frequentSettings = keyedSettings.forFrequentStatements()
     }
 
     // MARK: Claim

@@ -46,6 +46,17 @@ public struct TransactionSettings: Sendable, Equatable {
         TransactionSettings(values: values + [("enable_seqscan", "off")])
     }
 
+    /// These settings plus `plan_cache_mode=force_generic_plan`, for small statements run many times a second (the
+    /// completer's flush, the lease heartbeat). Left to choose, PostgreSQL compares the generic plan (costed for ten
+    /// rows per `unnest`) with the custom plans of flushes of one or two items and then plans every execution afresh:
+    /// 0.32 ms of planning per flush, 65 µs of PostgreSQL's CPU per delivery with two paced instances. The generic
+    /// plan's table sizes stay recent because statements are prepared again as they age
+    /// (`PostgresConnection.PreparedStatement`). The claim and the fan-out (a batch each, a few times a second) keep
+    /// the choice: custom plans of a 100-event fan-out ran 30% faster than the generic one.
+    public func forFrequentStatements() -> TransactionSettings {
+        TransactionSettings(values: values + [("plan_cache_mode", "force_generic_plan")])
+    }
+
     public var isEmpty: Bool { values.isEmpty }
 
     /// `BEGIN` followed by the settings (simple protocol, one round trip).
