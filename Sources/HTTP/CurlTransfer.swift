@@ -139,6 +139,11 @@ final class CurlTransfer {
         } else {
             bodySize = 0
         }
+        try setHeaders(of: request)
+    }
+
+    /// The header list, built again only when the request's headers differ from the last request's on this handle.
+    private func setHeaders(of request: HTTPRequest) throws(HTTPError) {
         // libcurl 7.88 asks for `Expect: 100-continue` (and waits up to a second for it) only for HTTP/1.1 bodies over
         // 1 MiB; "Expect:" with no value removes it. Smaller bodies carry no such entry for libcurl to scan.
         let suppressExpect = request.body.count > 1 << 20 && !request.headers.keys.contains { $0.lowercased() == "expect" }

@@ -183,81 +183,22 @@ public final class PostgresConnection {
         let first = queued.count
         queued += statements
         queued.append(("COMMIT", []))
-        var failure: PostgresError?
         var steps: [Step] = []
+        var failure: PostgresError?
         for (index, statement) in queued.enumerated() {
-            let buffers = statement.parameters.map(\.wireBytes)
-            let cached = prepared && !statement.parameters.isEmpty ? preparedNames[statement.sql] : nil
-            var name = cached?.name
-            if let cached, cached.isDue {
-                // Planned again from today's table sizes: the old statement goes first (same name), in this pipeline.
-                guard PQsendQueryParams(raw, "DEALLOCATE \(cached.name)", 0, nil, nil, nil, nil, 0) == 1 else {
-                    failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
-                    break
-                }
-                steps.append(.deallocate(sql: statement.sql, name: cached.name))
-                name = nil
-            }
-            if prepared, !statement.parameters.isEmpty, name == nil,
-               cached != nil || preparedNames.count < Self.maxPreparedStatements {
-                let fresh = Self.statementName(statement.sql)
-                guard PQsendPrepare(raw, fresh, statement.sql, Int32(buffers.count), nil) == 1 else {
-                    failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
-                    break
-                }
-                steps.append(.prepare(sql: statement.sql, name: fresh, lifetime: cached?.nextLifetime ?? PreparedStatement.firstLifetime))
-                name = fresh
-            }
-            let accepted = withCStringArray(buffers) { pointers in
-                if let name {
-                    PQsendQueryPrepared(raw, name, Int32(pointers.count), pointers, nil, nil, 0)
-                } else {
-                    PQsendQueryParams(raw, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
-                }
-            }
-            guard accepted == 1 else {
-                failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: statement.sql)
+            if let error = send(statement, index: index, prepared: prepared, into: &steps) {
+                failure = error
                 break
             }
-            steps.append(.statement(index: index, prepared: name != nil))
         }
-        var results: [PostgresRows] = []
         if failure == nil, PQpipelineSync(raw) != 1 {
             failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: "SYNC")
         }
+        var results: [PostgresRows] = []
         if failure == nil {
-            for step in steps {
-                let sql: String
-                switch step {
-                case .deallocate(let text, _), .prepare(let text, _, _): sql = text
-                case .statement(let index, _): sql = queued[index].sql
-                }
-                // Each queued command answers with one result, then NULL.
-                let result = PQgetResult(raw)
-                defer { while let extra = PQgetResult(raw) { PQclear(extra) } }
-                guard let result else {
-                    failure = failure ?? PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: sql)
-                    break
-                }
-                if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
-                    PQclear(result)
-                    continue
-                }
-                do {
-                    let rows = try self.rows(of: result, sql: sql)
-                    switch step {
-                    case .deallocate(let text, _): preparedNames[text] = nil
-                    case .prepare(let text, let name, let lifetime): preparedNames[text] = PreparedStatement(name: name, lifetime: lifetime)
-                    case .statement(let index, let prepared):
-                        if prepared { preparedNames[queued[index].sql]?.executions += 1 }
-                        if index >= first, index < queued.count - 1 { results.append(rows) }
-                    }
-                } catch {
-                    failure = failure ?? error
-                }
+            failure = readAnswers(to: steps, of: queued) { index, rows in
+                if index >= first, index < queued.count - 1 { results.append(rows) }
             }
-            // The sync point's own result.
-            if let sync = PQgetResult(raw) { PQclear(sync) }
         }
         _ = PQexitPipelineMode(raw)
         if let failure {
@@ -265,6 +206,79 @@ public final class PostgresConnection {
             throw failure
         }
         return results
+    }
+
+    /// Queues one statement of a pipeline: named when `prepared` and it has parameters (prepared first if this session
+    /// has not prepared it, or prepared again once it is due), unnamed otherwise. Returns the error if libpq refused.
+    private func send(_ statement: (sql: String, parameters: [PostgresValue]), index: Int, prepared: Bool,
+                      into steps: inout [Step]) -> PostgresError? {
+        let refused = { PostgresError(.connectionLost, message: PostgresConnection.errorText(self.raw), statement: statement.sql) }
+        let buffers = statement.parameters.map(\.wireBytes)
+        let cached = prepared && !statement.parameters.isEmpty ? preparedNames[statement.sql] : nil
+        var name = cached?.name
+        if let cached, cached.isDue {
+            // Planned again from today's table sizes: the old statement goes first (same name), in this pipeline.
+            guard PQsendQueryParams(raw, "DEALLOCATE \(cached.name)", 0, nil, nil, nil, nil, 0) == 1 else { return refused() }
+            steps.append(.deallocate(sql: statement.sql, name: cached.name))
+            name = nil
+        }
+        if prepared, !statement.parameters.isEmpty, name == nil, cached != nil || preparedNames.count < Self.maxPreparedStatements {
+            let fresh = Self.statementName(statement.sql)
+            guard PQsendPrepare(raw, fresh, statement.sql, Int32(buffers.count), nil) == 1 else { return refused() }
+            steps.append(.prepare(sql: statement.sql, name: fresh, lifetime: cached?.nextLifetime ?? PreparedStatement.firstLifetime))
+            name = fresh
+        }
+        let accepted = withCStringArray(buffers) { pointers in
+            if let name {
+                PQsendQueryPrepared(raw, name, Int32(pointers.count), pointers, nil, nil, 0)
+            } else {
+                PQsendQueryParams(raw, statement.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+            }
+        }
+        guard accepted == 1 else { return refused() }
+        steps.append(.statement(index: index, prepared: name != nil))
+        return nil
+    }
+
+    /// Reads one answer per queued step, then the sync point's, keeping the session's statement book (prepared,
+    /// deallocated, executions) as the answers confirm it; hands each statement's rows to `rows`. Returns the first
+    /// failure (the rest of an aborted pipeline answers "aborted" and is skipped).
+    private func readAnswers(to steps: [Step], of queued: [(sql: String, parameters: [PostgresValue])],
+                             rows deliver: (Int, PostgresRows) -> Void) -> PostgresError? {
+        var failure: PostgresError?
+        for step in steps {
+            let sql: String
+            switch step {
+            case .deallocate(let text, _), .prepare(let text, _, _): sql = text
+            case .statement(let index, _): sql = queued[index].sql
+            }
+            // Each queued command answers with one result, then NULL.
+            let result = PQgetResult(raw)
+            defer { while let extra = PQgetResult(raw) { PQclear(extra) } }
+            guard let result else {
+                failure = failure ?? PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: sql)
+                break
+            }
+            if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+                continue
+            }
+            do {
+                let rows = try self.rows(of: result, sql: sql)
+                switch step {
+                case .deallocate(let text, _): preparedNames[text] = nil
+                case .prepare(let text, let name, let lifetime): preparedNames[text] = PreparedStatement(name: name, lifetime: lifetime)
+                case .statement(let index, let prepared):
+                    if prepared { preparedNames[queued[index].sql]?.executions += 1 }
+                    deliver(index, rows)
+                }
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        // The sync point's own result.
+        if let sync = PQgetResult(raw) { PQclear(sync) }
+        return failure
     }
 
     /// `mw_` and a 64-bit FNV-1a hash of the text: the same statement has the same name in every session (so a
