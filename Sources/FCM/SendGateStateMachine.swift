@@ -95,6 +95,8 @@ struct SendGateStateMachine<Send> {
     /// The cap `bucket` was last set to (the gauge's value).
     private var appliedCap: Double?
     private var meter: SendRateMeter
+    /// Answers that show FCM accepted a send (the rate FCM let through: at a quota 429, what the quota allows).
+    private var accepted: SendRateMeter
     /// The armed pace timer's number.
     private var timer: UInt64?
     private var timers: UInt64 = 0
@@ -104,6 +106,7 @@ struct SendGateStateMachine<Send> {
         self.threshold = max(1, threshold)
         self.maxBackoff = maxBackoff
         meter = SendRateMeter(origin: now)
+        accepted = SendRateMeter(origin: now)
         rateLimit.setBudget(budget)
         _ = applyCap(now: now)
     }
@@ -121,6 +124,7 @@ struct SendGateStateMachine<Send> {
     /// ends the pause: sending resumes and the held sends go out in order.
     mutating func answeredHealthy(ticket: UInt64, now: ContinuousClock.Instant) -> [Action] {
         consecutiveFaults = 0
+        accepted.record(now: now)
         guard case .probing(inFlight: true) = phase, ticket == probeTicket else { return [] }
         phase = .open
         pauses = 0
@@ -150,7 +154,7 @@ struct SendGateStateMachine<Send> {
         case .open:
             guard kind == .project || consecutiveFaults >= threshold else { return actions }
             if quota {
-                rateLimit.quotaExceeded(measured: meter.rate(now: now))
+                rateLimit.quotaExceeded(measured: rateAtQuota(now: now))
                 if let cap = applyCap(now: now) { actions += [.report(.rateLimit(cap)), .report(.log(.quotaExceeded(cap: cap)))] }
             }
         case .probing(inFlight: true) where ticket == probeTicket:
@@ -298,6 +302,15 @@ struct SendGateStateMachine<Send> {
     private mutating func take(now: ContinuousClock.Instant) -> Duration? {
         guard bucket != nil else { return nil }
         return bucket!.take(now: now)
+    }
+
+    /// The rate that met the quota: what FCM accepted over the meter's window when it accepted anything (a burst
+    /// that hit the quota was sent far faster than the quota lets through: decreasing from the burst's rate left the
+    /// cap above the quota and met it again), else the rate sent.
+    private func rateAtQuota(now: ContinuousClock.Instant) -> Double {
+        let sent = meter.rate(now: now)
+        let passed = accepted.rate(now: now)
+        return passed > 0 ? min(sent, passed) : sent
     }
 
     /// A send leaves: its ticket.

@@ -111,8 +111,12 @@ package struct SendRateMeter: Sendable, Equatable {
 package struct SendRateLimit: Sendable, Equatable {
     /// The rate after a quota 429 is this fraction of the rate that hit the quota.
     package static let decrease = 0.7
-    /// Without another 429 the cap climbs back to the rate that hit the quota over this long (then goes on climbing).
+    /// Without another 429 the cap climbs back to `plateau` times the rate that hit the quota over `climb`, then ten
+    /// times slower up to that rate (where the quota was met), then at the first pace again (the quota may have been
+    /// raised). A climb straight back to the rate that hit the quota met it again every `climb` and paused 60 s each
+    /// time: three pauses in a 300,000-send backlog at a quota of 1,000/s.
     package static let climb = Duration.seconds(300)
+    package static let plateau = 0.95
     /// The adaptive cap is lifted once it climbs to this multiple of the rate that hit the quota (the quota was raised).
     package static let lift = 2.0
 
@@ -142,13 +146,25 @@ package struct SendRateLimit: Sendable, Equatable {
         max(TokenBucket.minimumRate, decrease * min(measured, cap ?? measured))
     }
 
-    /// The additive step per second after a quota 429 at `hitRate`: back at that rate after `climb`.
-    package static func step(hitRate: Double) -> Double { hitRate * (1 - decrease) / climb.asSeconds }
+    /// The additive step per second after a quota 429 at `hitRate`: at the plateau after `climb`.
+    package static func step(hitRate: Double) -> Double { hitRate * (plateau - decrease) / climb.asSeconds }
 
     /// `rate` after `seconds` whole seconds without a 429; nil when that lifts the cap (at or above the budget, or
     /// `lift` times the rate that hit the quota).
     package static func increased(_ rate: Double, hitRate: Double, seconds: Int, budget: Double?) -> Double? {
-        let raised = rate + step(hitRate: hitRate) * Double(seconds)
+        let fast = step(hitRate: hitRate)
+        var raised = rate
+        var left = Double(seconds)
+        for (until, step) in [(hitRate * plateau, fast), (hitRate, fast / 10), (Double.infinity, fast)] where raised < until && left > 0 {
+            let needed = (until - raised) / step
+            if needed >= left {
+                raised += step * left
+                left = 0
+            } else {
+                raised = until
+                left -= needed
+            }
+        }
         if let budget, raised >= budget { return nil }
         return raised >= hitRate * lift ? nil : raised
     }

@@ -188,9 +188,19 @@ struct SendGateStateMachineTests {
             (.healthy(ticket: 4, at: 60000), ["resumed", "paused 0", "health ok", "log resumed overload after 60000ms released 0"]),
             // The probe took the bucket's one token: the next send waits 1/21 s in line.
             (.submit(5, at: 60000), ["wait", "pace#1 in 48ms"]),
-            // Each second without a 429 climbs 30·0.3/300 per second.
+            // Each second without a 429 climbs 30·0.25/300 per second (to 95% of 30/s after 300 s).
             (.paceTimer(1, at: 61000), ["cap 21.03", "start 5#5"]),
         ], phase: .open),
+        Case(name: "at a quota 429 after accepted answers, the cap is 70% of the rate FCM accepted, not of a faster burst", steps: [
+            (.submit(1), ["start 1#1"]), (.submit(2), ["start 2#2"]), (.submit(3), ["start 3#3"]), (.submit(4), ["start 4#4"]),
+            (.healthy(ticket: 1), []),
+            (.fault(.overload, "QUOTA_EXCEEDED", ticket: 2, minimum: .seconds(60), quota: true), ["fault overload", "quota 429"]),
+            (.fault(.overload, "QUOTA_EXCEEDED", ticket: 3, minimum: .seconds(60), quota: true), ["fault overload", "quota 429"]),
+            // 4 sends in one 100 ms slot (40/s), one of them accepted (10/s): the cap is 70% of 10/s.
+            (.fault(.overload, "QUOTA_EXCEEDED", ticket: 4, minimum: .seconds(60), quota: true),
+             ["fault overload", "quota 429", "cap 7.0", "log quota cap 7.0", "paused 1", "health paused overload QUOTA_EXCEEDED",
+              "log paused overload QUOTA_EXCEEDED 60000ms", "pauseEnd in 60000ms"]),
+        ], phase: .paused),
         Case(name: "a 5xx pause leaves the cap alone", threshold: 1, steps: [
             (.submit(1), ["start 1#1"]),
             (.fault(.overload, ticket: 1), pauseOverload),

@@ -76,14 +76,18 @@ struct SendPacingTests {
         #expect(abs(SendRateLimit.decreased(measured: measured, cap: cap) - expected) < 1e-9)
     }
 
-    /// Additive increase: back at the rate that hit the quota after `climb`; lifted at the budget or at twice that rate.
+    /// Additive increase: at 95% of the rate that hit the quota after `climb`, ten times slower from there to that rate,
+    /// then at the first pace again; lifted at the budget or at twice that rate.
     @Test(arguments: [
-        (700.0, 1000.0, 1, nil as Double?, 701.0 as Double?),
-        (700.0, 1000.0, 150, nil, 850.0),
-        (700.0, 1000.0, 300, nil, 1000.0),
+        (700.0, 1000.0, 3, nil as Double?, 702.5 as Double?),
+        (700.0, 1000.0, 150, nil, 825.0),
+        (700.0, 1000.0, 300, nil, 950.0),
         (700.0, 1000.0, 300, 900.0, nil),
-        (1990.0, 1000.0, 10, nil, nil),
-        (7.0, 10.0, 60, nil, 7.6),
+        (950.0, 1000.0, 300, nil, 975.0),  // the slow stretch
+        (700.0, 1000.0, 900, nil, 1000.0),  // 300 s fast, 600 s slow: back where the quota was met
+        (990.0, 1000.0, 300, nil, 1150.0),  // 120 s slow to 1,000, then 180 s at the first pace
+        (1990.0, 1000.0, 12, nil, nil),
+        (7.0, 10.0, 60, nil, 7.5),
     ])
     func limit_increased(rate: Double, hitRate: Double, seconds: Int, budget: Double?, expected: Double?) {
         let raised = SendRateLimit.increased(rate, hitRate: hitRate, seconds: seconds, budget: budget)
@@ -105,10 +109,10 @@ struct SendPacingTests {
         limit.resumed(now: Self.at(60_000))
         #expect(!Self.climb(&limit, at: 60_500))
         #expect(Self.climb(&limit, at: 62_500))
-        #expect(abs(limit.cap! - 351) < 1e-9)  // 2 whole seconds at 0.5/s
+        #expect(abs(limit.cap! - (350 + 2 * 500 * 0.25 / 300)) < 1e-9)  // 2 whole seconds at 0.42/s
         // The half second left over counts toward the next step.
         #expect(Self.climb(&limit, at: 63_000))
-        #expect(abs(limit.cap! - 351.5) < 1e-9)
+        #expect(abs(limit.cap! - (350 + 3 * 500 * 0.25 / 300)) < 1e-9)
         // More instances: a smaller share rules.
         limit.setBudget(250)
         #expect(limit.cap == 250)
@@ -119,7 +123,7 @@ struct SendPacingTests {
         alone.quotaExceeded(measured: 100)
         #expect(alone.cap == 70)
         alone.resumed(now: Self.at(0))
-        #expect(Self.climb(&alone, at: 2_000_000))
+        #expect(Self.climb(&alone, at: 3_000_000))
         #expect(alone.cap == nil)
     }
 }
