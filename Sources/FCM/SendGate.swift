@@ -3,6 +3,7 @@ import FoundationEssentials
 import Logging
 import Metrics
 import Synchronization
+import TextSupport
 import Timekeeping
 
 /// What kind of fault paused sending (the `fcm.fault` log field and the metric label).
@@ -164,7 +165,7 @@ final class SendGate: Sendable {
                 "fcm.send_rate_limit": "\(Int(cap.rounded()))/s",
             ])
         case .paused(let kind, let reason, let pause):
-            let metadata: LogMetadata = ["fcm.fault": kind.rawValue, "fcm.error": reason, "fcm.pause": "\(pause)"]
+            let metadata: LogMetadata = ["fcm.fault": kind.rawValue, "fcm.error": reason, "fcm.pause": pause.logSeconds]
             if kind == .project {
                 logger.error("FCM refuses the project; sending paused, nothing disabled; operator action needed", metadata: metadata)
             } else {
@@ -172,8 +173,13 @@ final class SendGate: Sendable {
             }
         case .resumed(let kind, let pausedFor, let released):
             logger.notice("FCM answers again; sending resumed", metadata: [
-                "fcm.fault": kind.rawValue, "fcm.paused_for": "\(pausedFor)", "fcm.released": "\(released)",
+                "fcm.fault": kind.rawValue, "fcm.paused_for": pausedFor.logSeconds, "fcm.released": "\(released)",
             ])
         }
     }
+}
+
+extension Duration {
+    /// A pause as a log value: seconds with a unit, to the millisecond (`12.041s`, not Duration's nine decimals).
+    package var logSeconds: String { asSeconds.fixed(3) + "s" }
 }

@@ -126,4 +126,10 @@ struct SendPacingTests {
         #expect(Self.climb(&alone, at: 3_000_000))
         #expect(alone.cap == nil)
     }
+
+    /// The gate's log lines give pauses in seconds to the millisecond, not Duration's nine decimals.
+    @Test func pauseInALogLine() {
+        #expect(Duration.nanoseconds(12_040_644_506).logSeconds == "12.041s")
+        #expect(Duration.seconds(60).logSeconds == "60.000s")
+    }
 }
