@@ -140,7 +140,8 @@ struct EventCommand: OperatorCommand {
                 "event \(event.id)  \(event.status)  \(event.eventType)  patient \(event.patientId)",
                 "  key:        \(event.eventKey ?? "(not claimed yet)")",
                 "  created:    \(CommandValues.timestamp(event.createdAt))  (expires unsent after EVENT_MAX_AGE \(CommandValues.age(eventMaxAge.asSeconds)))",
-                "  attempts:   \(event.attempts)  next due \(CommandValues.timestamp(event.availableAt))",
+                // Only a PENDING event is due again; a finished one's "availableAt" is where its last lease left it.
+                "  attempts:   \(event.attempts)" + (event.status == "PENDING" ? "  next due \(CommandValues.timestamp(event.availableAt))" : ""),
             ]
             if let processedAt = event.processedAt { lines.append("  finished:   \(CommandValues.timestamp(processedAt))") }
             if let leasedBy = event.leasedBy, let until = event.leaseExpiresAt {

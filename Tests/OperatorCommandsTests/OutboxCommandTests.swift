@@ -82,6 +82,8 @@ struct OutboxCommandTests {
             }
             let text = try await rig.run("event", "\(id)")
             #expect(text.output.contains("event \(id)  DONE  DOSE_TAKEN  patient p1"))
+            // A finished event is not due again: no "next due" beside its attempts.
+            #expect(text.output.contains("  attempts:   3\n"), "\(text.output)")
             #expect(text.output.contains("abcdef…uvwxyz"))
             #expect(!text.output.contains("secret"))
             let missing = try await rig.json("event", "999999")
