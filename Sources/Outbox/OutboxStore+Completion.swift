@@ -48,7 +48,7 @@ extension OutboxStore {
     /// (`deliveries` … `deliveryKeys`) and per event settlement (`events` … `leases`).
     static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               maxAttempts: Int, events eventIds: [Int64], keys: [String], delays: [Double], errors: [String?],
-                              leases: [String]) -> PostgresQuery {
+                              leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
             SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[])
@@ -68,19 +68,21 @@ extension OutboxStore {
             SELECT DISTINCT r.key FROM r LEFT JOIN delivered d ON d.id = r.id WHERE d.id IS NULL
         ), v AS (
             SELECT *, \(maxAttempts)::integer AS max_attempts
-            FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(delays)::double precision[], \(errors)::text[], \(leases)::uuid[])
-                AS v(id, key, delay, err, token)
+            FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(delays)::double precision[], \(errors)::text[], \(leases)::uuid[],
+                        \(expected)::text[])
+                AS v(id, key, delay, err, token, expected)
         ), p AS (
-            -- Probed once per event: the LATERAL subquery's OFFSET 0 keeps the planner from copying the EXISTS
-            -- into each CASE below that reads `pending` (it did: four probes per event). An event is also pending
-            -- when a result of its key found no row to write (a failover lost the fan-out that inserted it, or its
-            -- lease was taken over): DONE only on written evidence, never on the absence of rows.
+            -- Probed once per event, one walk of the key's rows: the LATERAL subquery's OFFSET 0 keeps the planner
+            -- from copying it into each CASE below that reads `pending` (it did: four probes per event). DONE only on
+            -- written evidence, never on the absence of rows. An event is pending when a delivery of its key is
+            -- PENDING (not counting the ones this statement settles), when a result of its key found no row to write,
+            -- or when a delivery its attempt fanned out (`expected`: ids, comma-separated) is not in the table at all:
+            -- a failover lost the fan-out that inserted it (and the writes that recorded it) and kept the claim.
             SELECT v.*, s.pending FROM v CROSS JOIN LATERAL (
-                SELECT EXISTS (
-                    SELECT 1 FROM "PushDelivery" pd
-                    WHERE pd."eventKey" = v.key AND pd.status = 'PENDING'
-                      AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')
-                ) OR v.key IN (SELECT key FROM missing) AS pending OFFSET 0
+                SELECT coalesce(bool_or(pd.status = 'PENDING' AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')), false)
+                       OR count(*) FILTER (WHERE pd.id = ANY(string_to_array(v.expected, ','))) < cardinality(string_to_array(v.expected, ','))
+                       OR v.key IN (SELECT key FROM missing) AS pending
+                FROM "PushDelivery" pd WHERE pd."eventKey" = v.key OFFSET 0
             ) s
         )
         UPDATE "PushOutbox" o
@@ -211,7 +213,7 @@ extension OutboxStore {
             plan.statements.append((.complete, completeQuery(
                 deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, maxAttempts: maxAttempts,
                 events: events.map(\.id), keys: events.map(\.eventKey), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
-                leases: events.map(\.lease.text))))
+                leases: events.map(\.lease.text), expected: events.map { $0.deliveryIds.joined(separator: ",") })))
         }
         let releasedDeliveries = completion.releasedDeliveries
         if !releasedDeliveries.isEmpty {

@@ -28,14 +28,15 @@ package enum PgbenchScript {
             deliveries: variables.texts("dids"), kinds: variables.texts("dkinds"), details: variables.texts("names"), tokens: variables.texts("dtokens"),
             deliveryKeys: variables.texts("dkeys"), maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
             keys: variables.texts("keys"), delays: variables.doubles("delays"), errors: variables.optionalTexts("errs"),
-            leases: variables.texts("etokens"))
+            leases: variables.texts("etokens"), expected: variables.texts("expected"))
         return """
             SELECT \(batchSize) AS limit, 'pgbench' AS worker, gen_random_uuid()::text AS token, \(leaseSeconds) AS lease, \(maxAgeSeconds) AS maxage, \(maxAttempts) AS maxattempts \\gset
             WITH c AS (\(variables.pgbench(claim)))
             SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg('doseTaken:' || (payload::jsonb ->> 'recordingGroupId')), '{}') AS keys,
                    coalesce(array_agg("patientId"), '{}') AS pids, coalesce(array_agg(0.0::float8), '{}') AS delays,
                    coalesce(array_agg(NULL::text), '{}') AS errs,
-                   coalesce(array_agg(:token::text), '{}') AS etokens, '{}'::text AS retried FROM c \\gset
+                   coalesce(array_agg(:token::text), '{}') AS etokens, coalesce(array_agg(''::text), '{}') AS expected,
+                   '{}'::text AS retried FROM c \\gset
             \(variables.pgbench(fanOut)), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,

@@ -91,6 +91,45 @@ struct ConcurrencyTests {
         }
     }
 
+    /// A failover lost the fan-out and the flush that recorded its results, and kept the claim; the event's settlement
+    /// comes alone, in a later flush on the new primary, and finds no row of its key at all. It is not DONE on that
+    /// absence: the deliveries its attempt fanned out are not in the table, so it is due again (the fault suite's
+    /// `failover` case lost 10 pushes this way in 1 run of 12).
+    @Test func settlementWhoseDeliveriesAreGone_leavesTheEventPending() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            _ = try db.device(owner: "c1", token: "token-a")
+            _ = try db.device(owner: "c1", token: "token-b")
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
+            let lease = claimed[0].lease
+            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
+                                                    lease: .seconds(60))
+            _ = try await store.complete(.init(deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
+                                         maxAttempts: 10)
+            try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out and the results, lost with the old primary
+            let settlement = EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil,
+                                             deliveryIds: deliveries.map(\.id))
+            let summary = try await store.complete(.init(settlements: [settlement]), maxAttempts: 10)
+            #expect(summary.eventStatuses[id] == .pending)
+            #expect(try db.eventStatus(id).status == "PENDING")
+            // With its rows in place (written in an earlier flush), the same settlement is DONE.
+            let other = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "group-2"))
+            let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!
+            let sent = try await store.fanOut([.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease,
+                                              lease: .seconds(60))
+            _ = try await store.complete(.init(deliveries: sent.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
+                                         maxAttempts: 10)
+            let done = try await store.complete(.init(settlements: [EventSettlement(
+                id: other, eventKey: "doseTaken:group-2", lease: second.lease, retryDelay: .seconds(1), error: nil, deliveryIds: sent.map(\.id))]),
+                maxAttempts: 10)
+            #expect(done.eventStatuses[other] == .done)
+        }
+    }
+
     /// A retried event's earlier deliveries are probed even when every current target is new: a device disabled and
     /// replaced since the first attempt has its PENDING delivery failed, so the event can finish.
     @Test func retriedEvent_withEveryDeviceReplaced_failsTheOldDelivery() async throws {

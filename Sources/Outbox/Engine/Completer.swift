@@ -165,7 +165,7 @@ final class Completer: Sendable {
                             retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts,
                                                                        jitter: Backoff.jitter(seed: UInt64(bitPattern: event.id) &* 31 &+ UInt64(event.attempts))),
                                            group.retryFloor),
-                            error: group.retryReason)
+                            error: group.retryReason, deliveryIds: group.deliveryIds)
         }
         return OutboxStore.Completion(settlements: settlements)
     }

@@ -30,6 +30,9 @@ struct EngineStateMachine: Sendable {
         var events: [ClaimedEvent]
         var eventKey: String
         var deliveries: [String: Delivery]
+        /// Every delivery the claim's fan-out gave it (`deliveries` loses them as they are written): the evidence its
+        /// settlement asks the table for.
+        var deliveryIds: [String] = []
         /// Deliveries queued or sending.
         var open: Int
         /// A delivery was never sent (stop): the events are released, not settled.
@@ -123,7 +126,7 @@ struct EngineStateMachine: Sendable {
         var entries: [String: Delivery] = [:]
         entries.reserveCapacity(deliveries.count)
         for delivery in deliveries { entries[delivery.id] = Delivery(lease: delivery.lease, phase: .queued) }
-        var group = Group(events: events, eventKey: eventKey, deliveries: entries, open: entries.count)
+        var group = Group(events: events, eventKey: eventKey, deliveries: entries, deliveryIds: deliveries.map(\.id), open: entries.count)
         group.leaseDeadline = leaseDeadline
         var actions: [Action] = []
         if group.open == 0 {

@@ -97,13 +97,17 @@ public struct EventSettlement: Sendable {
     public var retryDelay: Duration
     /// Recorded as `"lastError"` when the event stays PENDING or goes DEAD.
     public var error: String?
+    /// The deliveries this attempt fanned out for the key: each must be in the table for the event to be DONE (a
+    /// failover can lose the fan-out that inserted them and the writes that recorded them, and leave the claim).
+    public var deliveryIds: [String]
 
-    public init(id: Int64, eventKey: String, lease: LeaseToken, retryDelay: Duration, error: String? = nil) {
+    public init(id: Int64, eventKey: String, lease: LeaseToken, retryDelay: Duration, error: String? = nil, deliveryIds: [String] = []) {
         self.id = id
         self.eventKey = eventKey
         self.lease = lease
         self.retryDelay = retryDelay
         self.error = error
+        self.deliveryIds = deliveryIds
     }
 }
 
