@@ -67,19 +67,25 @@ struct ConcurrencyTests {
     /// A failover lost the fan-out that inserted an event's deliveries but kept its claim: the results written on the
     /// new primary find no rows, and the event is not settled DONE on that absence (it is due again, and a new fan-out
     /// sends what the database no longer knows was sent).
+    /// One patient with two devices, one event claimed and fanned out (`group-1`): what a failover case starts from.
+    static func claimedAndFannedOut(_ conninfo: String) async throws
+        -> (db: Fixtures, store: OutboxStore, id: Int64, lease: LeaseToken, deliveries: [ClaimedDelivery]) {
+        let db = try Fixtures(conninfo)
+        try db.patient("p1")
+        try db.link(caregiver: "c1", patient: "p1")
+        _ = try db.device(owner: "c1", token: "token-a")
+        _ = try db.device(owner: "c1", token: "token-b")
+        let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+        let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+        let lease = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))[0].lease
+        let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
+                                                lease: .seconds(60))
+        return (db, store, id, lease, deliveries)
+    }
+
     @Test func resultsWithoutTheirRows_leaveTheEventPending() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            _ = try db.device(owner: "c1", token: "token-a")
-            _ = try db.device(owner: "c1", token: "token-b")
-            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
-            let lease = claimed[0].lease
-            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
-                                                    lease: .seconds(60))
+            let (db, store, id, lease, deliveries) = try await Self.claimedAndFannedOut(conninfo)
             #expect(deliveries.count == 2)
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out's commit, lost with the old primary
             let summary = try await store.complete(.init(
@@ -97,17 +103,8 @@ struct ConcurrencyTests {
     /// `failover` case lost 10 pushes this way in 1 run of 12).
     @Test func settlementWhoseDeliveriesAreGone_leavesTheEventPending() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            _ = try db.device(owner: "c1", token: "token-a")
-            _ = try db.device(owner: "c1", token: "token-b")
-            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let claimed = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
-            let lease = claimed[0].lease
-            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
-                                                    lease: .seconds(60))
+            let (db, store, id, lease, deliveries) = try await Self.claimedAndFannedOut(conninfo)
+            #expect(deliveries.count == 2)
             _ = try await store.complete(.init(deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
                                          maxAttempts: 10)
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out and the results, lost with the old primary
