@@ -9,7 +9,7 @@ public struct Configuration: Sendable {
         public static let fcmBaseURL = "https://fcm.googleapis.com"
         public static let healthAddress = "127.0.0.1:9464"
         public static let batchSize = 100
-        public static let maxInFlight = 100
+        public static let maxInFlight = 150
         public static let pollIntervalMS = 1000
         public static let leaseSeconds = 60
         public static let maxAttempts = 10

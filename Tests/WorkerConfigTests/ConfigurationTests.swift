@@ -16,7 +16,7 @@ struct ConfigurationTests {
         #expect(configuration.fcmBaseURL == "https://fcm.googleapis.com")
         #expect(configuration.healthHost == "127.0.0.1" && configuration.healthPort == 9464)
         #expect(configuration.batchSize == 100)
-        #expect(configuration.maxInFlight == 100)
+        #expect(configuration.maxInFlight == 150)
         #expect(configuration.pollInterval == .milliseconds(1000))
         #expect(configuration.leaseDuration == .seconds(60))
         #expect(configuration.maxAttempts == 10)

@@ -8,14 +8,15 @@ stack_init() {
   PG_BINDIR="$(pg_config --bindir)"
   [[ -x "$PG_BINDIR/initdb" ]] || PG_BINDIR="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
   BUILD_CONFIG="${BUILD_CONFIG:-release}"
-  BIN="$(swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --show-bin-path)"
+  # BUILD_FLAGS: more `swift build` flags (bench/run builds the worker as scripts/package ships it).
+  BIN="$(swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --show-bin-path)"
   PIDS=()
 }
 
 stack_build() {
   echo "building ($BUILD_CONFIG)..." >&2
-  swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --product medication-worker >&2
-  swift build -c "$BUILD_CONFIG" --scratch-path "${SCRATCH_PATH:-.build}" --product fcm-emulator >&2
+  swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --product medication-worker >&2
+  swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --product fcm-emulator >&2
 }
 
 as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
