@@ -248,12 +248,16 @@ struct DaemonTests {
             try await rig.get("/readyz").status == 503
         }
         #expect(try await rig.get("/healthz").status == 200)
+        // The readiness probe gives up after its own 3 s, which can come before the first of the worker's calls
+        // reaches 1.5 × 2 s; wait for the worker to end one of its own calls before stopping it.
+        try await eventually("a call to the frozen database is ended by the worker", timeout: .seconds(20), every: .milliseconds(200)) {
+            rig.log.contains("no answer from the server within")
+        }
         let clock = ContinuousClock()
         let started = clock.now
         #expect(rig.terminate() == 0)
         let took = clock.now - started
         #expect(took < .seconds(5) + .milliseconds(900), "SIGTERM to exit took \(took)")
-        #expect(rig.log.contains("no answer from the server within"))
         print("frozen database after ready: SIGTERM to exit \(took) (SHUTDOWN_TIMEOUT 5s)")
     }
 
