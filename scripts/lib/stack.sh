@@ -93,6 +93,33 @@ INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastS
 SQL
 }
 
+# comm_ticks NAME: CPU ticks of every process named NAME, reaped children included (PostgreSQL's short-lived backends
+# count too). A process that exits while /proc is read is skipped (its CPU is in its parent's reaped-children time from
+# then on); read only once the processes a phase started are gone (pg_backends_settled), or one may count 0 or 2 times.
+comm_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v comm="($1)" '$2 == comm {sum += $14 + $15 + $16 + $17} END {print sum + 0}'; }
+# comm_pids NAME: the PIDs of the processes named NAME, one per line.
+comm_pids() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v comm="($1)" '$2 == comm {print $1}'; }
+# pg_backends_settled BEFORE: after a client such as pgbench disconnects, waits (at most 5 s) until every postgres
+# process that is not in BEFORE (comm_pids' list from before the client started) has exited and been reaped;
+# autovacuum workers are not waited for. /proc is read in name order, not PID order, so a backend reaped while
+# comm_ticks reads it is either missed (its parent read before the reaping) or counted twice (read after it): one
+# bench/machine-limit run read PostgreSQL's cost at half its value, 54 us against 108-127 in the same hour.
+pg_backends_settled() {
+  local before=$1 pid pending
+  for _ in $(seq 100); do
+    pending=0
+    for pid in $(comm_pids postgres); do
+      grep -qx "$pid" <<<"$before" && continue
+      grep -q autovacuum "/proc/$pid/cmdline" 2>/dev/null && continue
+      pending=1
+      break
+    done
+    ((pending)) || return 0
+    sleep 0.05
+  done
+  echo "pg_backends_settled: postgres processes still running 5 s after the client ended; CPU may be miscounted" >&2
+}
+
 # stack_enqueue COUNT PATIENTS [GROUP_PREFIX]: COUNT events spread over the patients, each with its own group.
 stack_enqueue() {
   local count=$1 patients=$2 group=${3:-grp}
