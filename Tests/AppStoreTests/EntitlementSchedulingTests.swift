@@ -95,13 +95,18 @@ struct EntitlementSchedulingTests {
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.checked == 64)
             // Counted where Apple would count them, in the fake, per sliding second. The worker spaces its slots exactly
-            // 1/rate apart (pacer test above); one request of network delay at the fake is the allowance.
+            // 1/rate apart (pacer test above); three requests bunched by a stall of the client's or the fake's thread on a
+            // loaded machine are the allowance, and the 60 arrivals still take about 3 s.
             func busiestSecond(_ times: [ContinuousClock.Instant]) -> Int {
                 let sorted = times.sorted()
                 return sorted.indices.map { i in sorted[i...].prefix { $0 - sorted[i] < .seconds(1) }.count }.max() ?? 0
             }
             #expect(rig.production.arrivalTimes.count == 60 && rig.sandbox.arrivalTimes.count == 4)
-            #expect(busiestSecond(rig.production.arrivalTimes) <= 20 + 1)
+            #expect(busiestSecond(rig.production.arrivalTimes) <= 20 + 3)
+            let production = rig.production.arrivalTimes.sorted()
+            if let first = production.first, let last = production.last {
+                #expect(last - first >= .milliseconds(2_700), "60 requests at 20/s arrived within \(last - first)")
+            }
             #expect(busiestSecond(rig.sandbox.arrivalTimes) <= 2 + 1)
         }
     }
@@ -109,7 +114,7 @@ struct EntitlementSchedulingTests {
     @Test func rateLimit_pausesThatEnvironmentAsAWhole_andGivesItsRowsBack() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try R.rig(conninfo) { configuration in
-                configuration.productionRate = 10
+                configuration.productionRate = 2
                 configuration.sandboxRate = 10
             }
             defer { rig.stop() }
@@ -119,7 +124,8 @@ struct EntitlementSchedulingTests {
             rig.production.answer("7200000000", .rateLimited(retryAtMillis: retryAt))
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.rateLimitedUntil.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } == retryAt)
-            // Slots are 100 ms apart and the 429 comes back in a few: at most a slot already granted follows it.
+            // Slots are 500 ms apart and the 429 (with the connection's handshake) comes back well within one: at most a slot
+            // already granted follows it.
             #expect(rig.production.requests.count <= 2)
             #expect(rig.sandbox.requests.count == 3)  // the other environment carries on
             let limited = try await EntitlementSchedulingTests.schedule(rig.db, "p-0")
