@@ -45,18 +45,20 @@ extension OutboxStore {
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
     /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
     /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery result
-    /// (`deliveries` … `deliveryKeys`) and per event settlement (`events` … `leases`).
+    /// (`deliveries` … `answeredAt`: when FCM's answer came, UNIX seconds, a SENT delivery's `"sentAt"`) and per event
+    /// settlement (`events` … `leases`).
     static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
-                              maxAttempts: Int, events eventIds: [Int64], keys: [String], delays: [Double], errors: [String?],
+                              answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], delays: [Double], errors: [String?],
                               leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
-            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[])
-                AS r(id, kind, detail, token, key)
+            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[],
+                                 \(answeredAt)::double precision[])
+                AS r(id, kind, detail, token, key, answered)
         ), delivered AS (
             UPDATE "PushDelivery" pd
             SET status = CASE r.kind WHEN 'RETRY' THEN pd.status ELSE r.kind END,
-                "sentAt" = CASE WHEN r.kind = 'SENT' THEN now() ELSE pd."sentAt" END,
+                "sentAt" = CASE WHEN r.kind = 'SENT' THEN to_timestamp(r.answered) ELSE pd."sentAt" END,
                 "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
                 "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL ELSE r.detail END,
                 "leaseToken" = NULL, "leaseExpiresAt" = NULL
@@ -181,6 +183,7 @@ extension OutboxStore {
 
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
         var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
+        var answered: [Double] = []
         var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String]())
         for result in completion.deliveries {
             let kind: String, detail: String
@@ -196,6 +199,7 @@ extension OutboxStore {
                 continue  // the completer releases these instead
             }
             ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
+            answered.append(result.answeredAt.timeIntervalSince1970)
         }
         var plan = CompletionPlan()
         if !disable.ids.isEmpty {
@@ -211,7 +215,7 @@ extension OutboxStore {
         let events = completion.settlements
         if !ids.isEmpty || !events.isEmpty {
             plan.statements.append((.complete, completeQuery(
-                deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, maxAttempts: maxAttempts,
+                deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, answeredAt: answered, maxAttempts: maxAttempts,
                 events: events.map(\.id), keys: events.map(\.eventKey), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
                 leases: events.map(\.lease.text), expected: events.map { $0.deliveryIds.joined(separator: ",") })))
         }

@@ -26,7 +26,7 @@ package enum PgbenchScript {
                                             lease: variables.seconds("lease"), retried: variables.texts("retried"))
         let complete = OutboxStore.completeQuery(
             deliveries: variables.texts("dids"), kinds: variables.texts("dkinds"), details: variables.texts("names"), tokens: variables.texts("dtokens"),
-            deliveryKeys: variables.texts("dkeys"), maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
+            deliveryKeys: variables.texts("dkeys"), answeredAt: variables.doubles("answered"), maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
             keys: variables.texts("keys"), delays: variables.doubles("delays"), errors: variables.optionalTexts("errs"),
             leases: variables.texts("etokens"), expected: variables.texts("expected"))
         return """
@@ -40,7 +40,8 @@ package enum PgbenchScript {
             \(variables.pgbench(fanOut)), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
-                   coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys FROM d \\gset
+                   coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys,
+                   coalesce(array_agg(extract(epoch FROM clock_timestamp())::float8), '{}') AS answered FROM d \\gset
             \(variables.pgbench(complete));
 
             """

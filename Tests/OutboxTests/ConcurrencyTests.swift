@@ -97,6 +97,31 @@ struct ConcurrencyTests {
         }
     }
 
+    /// `"sentAt"` is when the worker had FCM's answer, not when the row was written: a writer held up (a linger, a busy
+    /// database) does not move it. The event's `"processedAt"` is still the write's own time.
+    @Test func sentAt_isWhenFCMAnswered_notWhenTheRowWasWritten() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let (db, store, id, lease, deliveries) = try await Self.claimedAndFannedOut(conninfo)
+            #expect(deliveries.count == 2)
+            let answered = [Date(timeIntervalSinceNow: -90), Date(timeIntervalSinceNow: -30)]
+            let summary = try await store.complete(.init(
+                deliveries: zip(deliveries, answered).map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m"), answeredAt: $1) },
+                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil,
+                                              deliveryIds: deliveries.map(\.id))]),
+                maxAttempts: 10)
+            #expect(summary.eventStatuses[id] == .done)
+            for (delivery, at) in zip(deliveries, answered) {
+                let row = try db.connection.query(#"""
+                    SELECT extract(epoch FROM d."sentAt")::float8 AS sent, extract(epoch FROM o."processedAt")::float8 AS processed
+                    FROM "PushDelivery" d JOIN "PushOutbox" o ON o."eventKey" = d."eventKey" WHERE d.id = $1
+                    """#, [.text(delivery.id)])[0]
+                let sent = try row["sent"].double(), processed = try row["processed"].double()
+                #expect(abs(sent - at.timeIntervalSince1970) < 0.001, "sentAt \(sent), answered \(at.timeIntervalSince1970)")
+                #expect(processed - sent > 29, "processedAt \(processed) is the write's time, after the answer")
+            }
+        }
+    }
+
     /// A failover lost the fan-out and the flush that recorded its results, and kept the claim; the event's settlement
     /// comes alone, in a later flush on the new primary, and finds no row of its key at all. It is not DONE on that
     /// absence: the deliveries its attempt fanned out are not in the table, so it is due again (the fault suite's

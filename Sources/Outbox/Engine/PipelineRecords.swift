@@ -121,14 +121,19 @@ public struct DeliveryResult: Sendable {
     /// Needed to disable a dead token (only if not re-registered since the send began).
     public var deviceId: String
     public var claimedAt: Date
+    /// When the worker had FCM's answer (its wall clock): a SENT delivery's `"sentAt"`, the moment the push left, not
+    /// the moment the row was written (the writer may linger to gather a batch, and a busy database delays it further).
+    public var answeredAt: Date
 
-    public init(delivery: ClaimedDelivery, outcome: SendOutcome) {
+    /// `answeredAt` defaults to now: results are made as the engine books FCM's answer.
+    public init(delivery: ClaimedDelivery, outcome: SendOutcome, answeredAt: Date = Date()) {
         deliveryId = delivery.id
         eventKey = delivery.eventKey
         lease = delivery.lease
         self.outcome = outcome
         deviceId = delivery.deviceId
         claimedAt = delivery.claimedAt
+        self.answeredAt = answeredAt
     }
 }
 
