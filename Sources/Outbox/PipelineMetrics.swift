@@ -32,7 +32,7 @@ struct PipelineMetrics: Sendable {
         for status in OutboxStatus.allCases { processed[status] = Self.processedCounter(registry, status) }
         self.processed = processed
         unwritten = registry.gauge("push_outcomes_unwritten",
-                                   help: "Sends FCM answered whose outcome is not yet written to the database (with the sends in flight, at most 2 × MAX_IN_FLIGHT).")
+                                   help: "Sends FCM answered whose outcome is not yet written to the database (with the sends in flight, at most MAX_IN_FLIGHT).")
         flushDuration = registry.histogram("push_completer_flush_seconds",
                                            help: "Time to write one batch of delivery outcomes and settlements (one transaction).",
                                            buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])

@@ -99,10 +99,10 @@ struct Supervisor {
         let liveness = parts.liveness
         var engineConfiguration = DeliveryEngineConfiguration()
         engineConfiguration.batchSize = configuration.batchSize
+        // MAX_IN_FLIGHT holds sends from their start until their outcome is written (SPEC §3's bound on unwritten
+        // outcomes); at most half of them are on the wire, so sending goes on while the other half's outcomes are written.
         engineConfiguration.maxInFlight = configuration.maxInFlight
-        // MAX_IN_FLIGHT sends stay in flight while the previous ones' outcomes are written (a write no longer stalls
-        // sending); what a kill -9 can re-send stays within 2 × MAX_IN_FLIGHT (SPEC §3).
-        engineConfiguration.outcomeCapacityFactor = 2
+        engineConfiguration.maxSending = configuration.maxSending
         engineConfiguration.pollInterval = configuration.pollInterval
         engineConfiguration.lease = configuration.leaseDuration
         engineConfiguration.maxAttempts = configuration.maxAttempts

@@ -43,7 +43,7 @@ final class DaemonParts: Sendable {
         let metrics = MetricsRegistry()
         ProcessMetrics.register(in: metrics)
         let account = startup.serviceAccount
-        let http = HTTPClientConfiguration(maxInFlight: configuration.maxInFlight, connectTimeout: .seconds(10),
+        let http = HTTPClientConfiguration(maxInFlight: configuration.maxSending, connectTimeout: .seconds(10),
                                            requestTimeout: .seconds(15), caFile: configuration.tlsCAFile)
         // A loop that makes no progress for this long counts as stuck: watchdog pings stop, /healthz says so.
         let liveness = Liveness(stallAfter: .seconds(25))

@@ -9,7 +9,7 @@ public struct Configuration: Sendable {
         public static let fcmBaseURL = "https://fcm.googleapis.com"
         public static let healthAddress = "127.0.0.1:9464"
         public static let batchSize = 100
-        public static let maxInFlight = 150
+        public static let maxInFlight = 300
         public static let pollIntervalMS = 1000
         public static let leaseSeconds = 60
         public static let maxAttempts = 10
@@ -61,7 +61,11 @@ public struct Configuration: Sendable {
     public var healthHost: String
     public var healthPort: UInt16
     public var batchSize: Int
+    /// `MAX_IN_FLIGHT`: sends held at once, from their start until their outcome is written (SPEC §3).
     public var maxInFlight: Int
+    /// Of those, the most on the wire at once: half (rounded up), so sending goes on while the other half's outcomes
+    /// are written.
+    public var maxSending: Int { (maxInFlight + 1) / 2 }
     public var pollInterval: Duration
     public var leaseDuration: Duration
     public var maxAttempts: Int

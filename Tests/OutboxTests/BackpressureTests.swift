@@ -33,15 +33,19 @@ struct BackpressureTests {
         try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int()
     }
 
-    @Test func slowDatabase_answeredButUnwrittenNeverExceedsMaxInFlight_andNothingIsSentTwice() async throws {
+    /// Both splits: every place on the wire, and the daemon's (half on the wire, so sends go on while the other
+    /// half's outcomes are written). Either way, sends in flight plus unwritten outcomes stay within `MAX_IN_FLIGHT`.
+    @Test(arguments: [nil, 10])
+    func slowDatabase_answeredButUnwrittenNeverExceedsMaxInFlight_andNothingIsSentTwice(maxSending: Int?) async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            try await withEmulatorSender(maxInFlight: 20) { sender, emulator in
+            try await withEmulatorSender(maxInFlight: maxSending ?? 20) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatients(100, devicesEach: 2, events: 1_000)
                 try Self.slowDeliveryUpdates(db, milliseconds: 2)
                 let maxInFlight = 20
                 let (engine, metrics, _) = makeWorker(conninfo, sender: sender) {
                     $0.maxInFlight = maxInFlight
+                    $0.maxSending = maxSending
                     $0.batchSize = 50
                 }
                 let sampler = try Fixtures(conninfo)

@@ -251,6 +251,20 @@ struct EngineStateMachineTests {
         #expect(Self.started(&machine).count == 2)
     }
 
+    /// `MAX_IN_FLIGHT` is the capacity (SPEC §3: unwritten outcomes never number more); the sends on the wire are
+    /// `maxSending` within 1...`maxInFlight`, and the high-water mark and the writer's eager batch follow them.
+    @Test func configuration_capacityIsMaxInFlight_slotsAreMaxSendingWithinIt() {
+        var configuration = DeliveryEngineConfiguration()
+        configuration.maxInFlight = 300
+        #expect(configuration.sendingSlots == 300)
+        configuration.maxSending = 150
+        #expect(configuration.sendingSlots == 150)
+        configuration.maxSending = 500
+        #expect(configuration.sendingSlots == 300)
+        configuration.maxSending = 0
+        #expect(configuration.sendingSlots == 1)
+    }
+
     @Test func lostEventLease_dropsItsQueuedSends_andItsEndWritesNothing() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 3)

@@ -82,7 +82,7 @@ final class Completer: Sendable {
         self.maxWriteAttempts = maxWriteAttempts
         self.turn = turn
         self.settled = settled
-        eagerCount = max(1, min(configuration.completerFlushCount, configuration.maxInFlight / 2))
+        eagerCount = max(1, min(configuration.completerFlushCount, configuration.sendingSlots / 2))
     }
 
 

@@ -10,14 +10,18 @@ import Timekeeping
 public struct DeliveryEngineConfiguration: Sendable {
     /// Most events one claim takes.
     public var batchSize = 100
-    /// Sends in flight at once (`MAX_IN_FLIGHT`).
+    /// Sends held at once, each from its start until its outcome is written (`MAX_IN_FLIGHT`, SPEC §3): sends in
+    /// flight plus answered-but-unwritten outcomes. So the outcomes not yet written never number more, and a `kill -9`
+    /// re-sends at most this many.
     public var maxInFlight = 100
-    /// Sends in flight plus answered-but-unwritten outcomes, as a multiple of `maxInFlight` (≥ 1). At 1 a send's slot
-    /// frees only once its outcome is written; at 2 (the daemon's setting) `maxInFlight` sends stay in flight while the
-    /// last ones' outcomes are written, and a `kill -9` re-sends at most 2 × `maxInFlight`, as SPEC §3 allows.
-    public var outcomeCapacityFactor = 1
-    /// The claimer claims while queued + in-flight deliveries are below `maxInFlight × highWaterFactor`.
+    /// Of those, the most on the wire at once (nil: all of them). Below `maxInFlight`, sending goes on while the last
+    /// answers' outcomes are written instead of waiting for each write (the daemon sends at most half).
+    public var maxSending: Int?
+    /// The claimer claims while queued + held deliveries are below the sends on the wire × `highWaterFactor`.
     public var highWaterFactor = 4
+
+    /// Sends on the wire at once: `maxSending`, within 1...`maxInFlight`.
+    var sendingSlots: Int { min(max(1, maxInFlight), max(1, maxSending ?? maxInFlight)) }
     /// Claim loops running side by side, so one claim's round trips overlap another's.
     public var claimers = 2
     public var pollInterval = Duration.seconds(1)
@@ -67,7 +71,7 @@ public final class DeliveryEngine: Service {
     public func run(until stop: StopSignal) async {
         logger.info("delivery engine started", metadata: [
             "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
-            "fcm.max_in_flight": "\(configuration.maxInFlight)",
+            "fcm.max_in_flight": "\(configuration.maxInFlight)", "fcm.max_sending": "\(configuration.sendingSlots)",
         ])
         _ = await runStages(untilIdle: false, stop: stop)
         logger.info("delivery engine stopped")
@@ -81,8 +85,8 @@ public final class DeliveryEngine: Service {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
-        let machine = EngineStateMachine(slots: configuration.maxInFlight, highWater: configuration.maxInFlight * configuration.highWaterFactor,
-                                         capacity: configuration.maxInFlight * max(1, configuration.outcomeCapacityFactor))
+        let machine = EngineStateMachine(slots: configuration.sendingSlots, highWater: configuration.sendingSlots * configuration.highWaterFactor,
+                                         capacity: configuration.maxInFlight)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, onProgress: onProgress)
         let claimer = Claimer(store: store, configuration: configuration, logger: logger)

@@ -80,10 +80,10 @@ struct EngineStateMachine: Sendable {
         }
     }
 
-    /// Sends that may be in flight at once (`MAX_IN_FLIGHT`).
+    /// Sends that may be in flight at once.
     let slots: Int
-    /// Sends that may be in flight or answered-unwritten at once (at least `slots`): a send's place in it frees only
-    /// once its outcome is written, so this bounds what a `kill -9` can re-send.
+    /// Sends that may be in flight or answered-unwritten at once (`MAX_IN_FLIGHT`, at least `slots`): a send's place in
+    /// it frees only once its outcome is written, so this bounds the unwritten outcomes and what a `kill -9` can re-send.
     let capacity: Int
     /// Claims are made only while queued + sending + unwritten stays at or below this.
     let highWater: Int
