@@ -143,12 +143,17 @@ stack_start_worker() {
   PIDS+=("$WORKER_PID")
 }
 
-# stack_wait_ready PID: waits until the worker with that PID serves /readyz with 200 (its log names the port).
+# stack_health_port PID: the port the worker with that PID listens on (its health endpoint), empty until it listens.
+stack_health_port() {
+  ss -ltnpH 2>/dev/null | awk -v p="pid=$1," '$0 ~ p {split($4, a, ":"); print a[length(a)]; exit}'
+}
+
+# stack_wait_ready PID: waits until the worker with that PID serves /readyz with 200.
 stack_wait_ready() {
   local pid=$1
   for _ in $(seq 300); do
     local port
-    port=$(ss -ltnpH 2>/dev/null | awk -v p="pid=$pid," '$0 ~ p {split($4, a, ":"); print a[length(a)]; exit}')
+    port=$(stack_health_port "$pid")
     if [[ -n "$port" ]] && curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then return 0; fi
     sleep 0.1
   done
