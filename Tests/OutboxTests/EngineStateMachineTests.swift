@@ -259,6 +259,12 @@ struct EngineStateMachineTests {
         #expect(configuration.sendingSlots == 300)
         configuration.maxSending = 150
         #expect(configuration.sendingSlots == 150)
+        // The daemon's default: 150 on the wire, 300 held, claims up to 600, the writer eager at 75.
+        let machine = DeliveryEngine.machine(for: configuration)
+        #expect(machine.slots == 150)
+        #expect(machine.capacity == 300)
+        #expect(machine.highWater == 600)
+        #expect(Completer.eagerCount(for: configuration) == 75)
         configuration.maxSending = 500
         #expect(configuration.sendingSlots == 300)
         configuration.maxSending = 0

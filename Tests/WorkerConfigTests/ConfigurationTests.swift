@@ -11,6 +11,16 @@ struct ConfigurationTests {
         return ["DATABASE_URL": "host=/tmp dbname=x", "FCM_SERVICE_ACCOUNT_FILE": file]
     }
 
+    /// MAX_IN_FLIGHT holds sends until their outcome is written; half of it, rounded up, goes on the wire.
+    @Test(arguments: [(1, 1), (5, 3), (20, 10), (301, 151)])
+    func maxSending_isHalfOfMaxInFlight_roundedUp(maxInFlight: Int, onTheWire: Int) throws {
+        var environment = try Self.baseEnvironment()
+        environment["MAX_IN_FLIGHT"] = String(maxInFlight)
+        let configuration = try Configuration.load(from: environment)
+        #expect(configuration.maxInFlight == maxInFlight)
+        #expect(configuration.maxSending == onTheWire)
+    }
+
     @Test func defaults_matchTheSpec() throws {
         let configuration = try Configuration.load(from: Self.baseEnvironment())
         #expect(configuration.fcmBaseURL == "https://fcm.googleapis.com")

@@ -9,9 +9,9 @@ import Timekeeping
 /// Writes what the pipeline learned, in bounded batches: delivery outcomes as FCM answers them, and each
 /// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle writer
 /// flushes `completerFlushDelay` after the first item unless a batch's worth is already there or sends are
-/// waiting for the slots its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
-/// answered delivery holds a send slot until its flush is over, so the buffer never outgrows `MAX_IN_FLIGHT`
-/// outcomes plus the settlements and releases that go with them.
+/// waiting for the places its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
+/// answered delivery holds its place in `MAX_IN_FLIGHT` until its flush is over, so the buffer never outgrows
+/// `MAX_IN_FLIGHT` outcomes plus the settlements and releases that go with them.
 /// Whoever frees the slots a write's deliveries held: the engine loop (tests: a recorder).
 protocol WrittenReceipts: Sendable {
     func written(_ receipt: EngineStateMachine.Receipt) async
@@ -82,9 +82,14 @@ final class Completer: Sendable {
         self.maxWriteAttempts = maxWriteAttempts
         self.turn = turn
         self.settled = settled
-        eagerCount = max(1, min(configuration.completerFlushCount, configuration.sendingSlots / 2))
+        eagerCount = Self.eagerCount(for: configuration)
     }
 
+
+    /// Outcomes that make an idle writer flush at once: half the sends on the wire (at most a full flush).
+    static func eagerCount(for configuration: DeliveryEngineConfiguration) -> Int {
+        max(1, min(configuration.completerFlushCount, configuration.sendingSlots / 2))
+    }
 
     // MARK: Producers
 

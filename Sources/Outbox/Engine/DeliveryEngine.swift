@@ -66,6 +66,13 @@ public final class DeliveryEngine: Service {
         self.onProgress = onProgress
     }
 
+    /// The engine's bookkeeping for `configuration`: `MAX_IN_FLIGHT` is the capacity (sends in flight plus unwritten
+    /// outcomes, SPEC §3), the slots are the sends on the wire, and claims stop at the slots × `highWaterFactor`.
+    static func machine(for configuration: DeliveryEngineConfiguration) -> EngineStateMachine {
+        EngineStateMachine(slots: configuration.sendingSlots, highWater: configuration.sendingSlots * configuration.highWaterFactor,
+                           capacity: configuration.maxInFlight)
+    }
+
     /// Runs until `stop` is requested; then sends nothing new, awaits the sends in flight (until the
     /// stop's deadline), records their outcomes and releases what was never sent.
     public func run(until stop: StopSignal) async {
@@ -85,8 +92,7 @@ public final class DeliveryEngine: Service {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
-        let machine = EngineStateMachine(slots: configuration.sendingSlots, highWater: configuration.sendingSlots * configuration.highWaterFactor,
-                                         capacity: configuration.maxInFlight)
+        let machine = Self.machine(for: configuration)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, onProgress: onProgress)
         let claimer = Claimer(store: store, configuration: configuration, logger: logger)

@@ -6,9 +6,10 @@ import Push
 /// database or network (the shape of postgres-nio's `ListenStateMachine`). The SQL stays the final,
 /// lease-guarded judge; this machine only decides what to ask of it and when.
 ///
-/// Load: a send holds one of `slots` (`MAX_IN_FLIGHT`) from its start until its outcome is *written*,
-/// not merely answered. So answered-but-unwritten deliveries never number more than `slots`, and when
-/// the database records outcomes slower than FCM answers, sending slows to the database's pace.
+/// Load: a send holds a place in `capacity` (`MAX_IN_FLIGHT`) from its start until its outcome is *written*,
+/// not merely answered, and one of `slots` while it is on the wire. So answered-but-unwritten deliveries never
+/// number more than `capacity`, and when the database records outcomes slower than FCM answers, sending slows to
+/// the database's pace.
 struct EngineStateMachine: Sendable {
     /// Where one delivery is.
     enum Phase: Sendable, Equatable {
