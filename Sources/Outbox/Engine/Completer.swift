@@ -12,7 +12,7 @@ import Timekeeping
 /// waiting for the places its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
 /// answered delivery holds its place in `MAX_IN_FLIGHT` until its flush is over, so the buffer never outgrows
 /// `MAX_IN_FLIGHT` outcomes plus the settlements and releases that go with them.
-/// Whoever frees the slots a write's deliveries held: the engine loop (tests: a recorder).
+/// Whoever frees the places a write's deliveries held: the engine loop (tests: a recorder).
 protocol WrittenReceipts: Sendable {
     func written(_ receipt: EngineStateMachine.Receipt) async
 }
@@ -84,7 +84,6 @@ final class Completer: Sendable {
         self.settled = settled
         eagerCount = Self.eagerCount(for: configuration)
     }
-
 
     /// Outcomes that make an idle writer flush at once: half the sends on the wire (at most a full flush).
     static func eagerCount(for configuration: DeliveryEngineConfiguration) -> Int {
