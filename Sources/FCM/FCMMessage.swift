@@ -61,51 +61,87 @@ public enum FCMMessage {
     }
 
     private static func encode(_ push: DoseTakenPush, displayName: String) -> [UInt8] {
-        var out = [UInt8]()
-        out.reserveCapacity(640 + push.token.utf8.count)
-        func raw(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
-        func string(_ value: String) {
-            out.append(0x22)
+        let body = body(displayName: displayName, withinTime: push.withinTime)
+        let collapse = collapseId(eventKey: push.eventKey)
+        let expiration = push.expiration.map { String($0) }
+        let recordingGroupId = push.recordingGroupId ?? ""
+        // Written in one pass into one allocation sized for the worst case (every byte of every value escaped as
+        // `\u00XX`): no growth, no per-piece bookkeeping of an appended array.
+        let values = push.token.utf8.count + title.utf8.count + body.utf8.count + 2 * push.patientId.utf8.count + push.date.utf8.count
+            + push.slot.utf8.count + recordingGroupId.utf8.count + collapse.utf8.count
+        let bound = templateBytes + 6 * (values + (expiration?.utf8.count ?? 0))
+        return [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
+            var out = JSONWriter(base: buffer.baseAddress!)
+            out.raw(#"{"message":{"token":"#); out.string(push.token)
+            out.raw(#","notification":{"title":"#); out.string(title)
+            out.raw(#","body":"#); out.string(body)
+            out.raw(#"},"data":{"type":"DOSE_TAKEN","patientId":"#); out.string(push.patientId)
+            out.raw(#","date":"#); out.string(push.date)
+            out.raw(#","slot":"#); out.string(push.slot)
+            out.raw(#","recordingGroupId":"#); out.string(recordingGroupId)
+            out.raw(#"},"apns":{"headers":{"apns-collapse-id":"#); out.string(collapse)
+            out.raw(#","apns-push-type":"alert","apns-priority":"10""#)
+            if let expiration { out.raw(#","apns-expiration":"#); out.string(expiration) }
+            // `"patient-{id}"`: the prefix needs no escape, so it goes in raw and the id is escaped in place.
+            out.raw(#"},"payload":{"aps":{"sound":"default","thread-id":"patient-"#); out.string(push.patientId, opened: true)
+            out.raw(#"}}},"fcm_options":{"analytics_label":"dose_taken"}}}"#)
+            precondition(out.offset <= bound, "FCM message overran its bound")
+            count = out.offset
+        }
+    }
+
+    /// More than the template's own bytes: 349 of fixed text and the quotes of its ten strings, 20.
+    private static let templateBytes = 520
+
+    /// Writes JSON pieces at `base` (sized by the caller): fixed text as is, strings quoted and escaped.
+    private struct JSONWriter {
+        let base: UnsafeMutablePointer<UInt8>
+        var offset = 0
+
+        mutating func raw(_ text: StaticString) {
+            (base + offset).update(from: text.utf8Start, count: text.utf8CodeUnitCount)
+            offset += text.utf8CodeUnitCount
+        }
+
+        mutating func byte(_ value: UInt8) {
+            base[offset] = value
+            offset += 1
+        }
+
+        /// `"value"`, escaped; `opened`: the opening quote (and a raw prefix) is already written.
+        mutating func string(_ value: String, opened: Bool = false) {
+            if !opened { byte(0x22) }
             var value = value
             value.withUTF8 { bytes in
                 // Runs that need no escape (nearly every value) are copied whole.
                 var runStart = 0
-                for (index, byte) in bytes.enumerated() where byte == 0x22 || byte == 0x5C || byte < 0x20 {
-                    out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                for index in bytes.indices {
+                    let byte = bytes[index]
+                    guard byte == 0x22 || byte == 0x5C || byte < 0x20 else { continue }
+                    copy(bytes, from: runStart, to: index)
                     runStart = index + 1
+                    self.byte(0x5C)
                     switch byte {
-                    case 0x22: out.append(0x5C); out.append(0x22)
-                    case 0x5C: out.append(0x5C); out.append(0x5C)
-                    case 0x0A: out.append(0x5C); out.append(0x6E)
-                    case 0x0D: out.append(0x5C); out.append(0x72)
-                    case 0x09: out.append(0x5C); out.append(0x74)
+                    case 0x22: self.byte(0x22)
+                    case 0x5C: self.byte(0x5C)
+                    case 0x0A: self.byte(0x6E)
+                    case 0x0D: self.byte(0x72)
+                    case 0x09: self.byte(0x74)
                     default:
                         let hex: StaticString = "0123456789abcdef"
-                        hex.withUTF8Buffer { digits in
-                            out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]])
-                        }
+                        self.byte(0x75); self.byte(0x30); self.byte(0x30)
+                        self.byte(hex.utf8Start[Int(byte >> 4)]); self.byte(hex.utf8Start[Int(byte & 0x0F)])
                     }
                 }
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
+                copy(bytes, from: runStart, to: bytes.count)
             }
-            out.append(0x22)
+            byte(0x22)
         }
-        raw(#"{"message":{"token":"#); string(push.token)
-        raw(#","notification":{"title":"#); string(title)
-        raw(#","body":"#); string(body(displayName: displayName, withinTime: push.withinTime))
-        raw(#"},"data":{"type":"DOSE_TAKEN","patientId":"#); string(push.patientId)
-        raw(#","date":"#); string(push.date)
-        raw(#","slot":"#); string(push.slot)
-        raw(#","recordingGroupId":"#); string(push.recordingGroupId ?? "")
-        raw(#"},"apns":{"headers":{"apns-collapse-id":"#); string(collapseId(eventKey: push.eventKey))
-        raw(#","apns-push-type":"alert","apns-priority":"10""#)
-        if let expiration = push.expiration {
-            raw(#","apns-expiration":""#)
-            out.append(contentsOf: String(expiration).utf8)
-            out.append(0x22)
+
+        private mutating func copy(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int, to end: Int) {
+            guard end > start, let source = bytes.baseAddress else { return }
+            (base + offset).update(from: source + start, count: end - start)
+            offset += end - start
         }
-        raw(#"},"payload":{"aps":{"sound":"default","thread-id":"#); string("patient-\(push.patientId)")
-        raw(#"}}},"fcm_options":{"analytics_label":"dose_taken"}}}"#)
-        return out
     }
 }

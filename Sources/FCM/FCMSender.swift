@@ -211,7 +211,7 @@ public final class FCMSender: PushSender {
     private func requestHeaders(for token: String) -> [String: String] {
         headers.withLock { cached in
             if let cached, cached.token == token { return cached.headers }
-            let built = ["Authorization": "Bearer \(token)", "Content-Type": "application/json; charset=UTF-8"]
+            let built = ["Authorization": "Bearer \(token)", "Content-Type": "application/json", "Accept": ""]
             cached = (token, built)
             return built
         }

@@ -13,6 +13,8 @@ final class CurlTransfer {
     private var headerSource: [String: String]?
     private var suppressesExpect = false
     private var url: String?
+    /// `url` parsed once (`CURLOPT_CURLU`): libcurl 7.88 otherwise parses the URL text again for every request.
+    private var parsedURL: OpaquePointer?
     private var method: HTTPMethod?
     private var timeoutMs = -1
     /// The body's size, to tell whether all of it left (a GET's is 0).
@@ -44,6 +46,7 @@ final class CurlTransfer {
 
     deinit {
         curl_easy_cleanup(easy)
+        if let parsedURL { curl_url_cleanup(parsedURL) }
         if let headerList { curl_slist_free_all(headerList) }
         bodyBuffer.deallocate()
         errorBuffer.deallocate()
@@ -101,7 +104,7 @@ final class CurlTransfer {
         resends = 0
         resetResponse()
         if url != request.url {
-            try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, request.url), "URL")
+            try setURL(request.url)
             try check(mw_easy_setopt_cstr(easy, CURLOPT_PROXY, ProxySettings.process.proxy(for: request.url)), "PROXY")
             url = request.url
         }
@@ -140,6 +143,19 @@ final class CurlTransfer {
             bodySize = 0
         }
         try setHeaders(of: request)
+    }
+
+    /// Points the handle at `text`, parsed here once for every request to it. A URL that libcurl's parser refuses is
+    /// set as text instead, so the transfer fails as it always did (`CURLE_URL_MALFORMAT`, named in its error).
+    private func setURL(_ text: String) throws(HTTPError) {
+        let handle = parsedURL ?? curl_url()
+        parsedURL = handle
+        if let handle, curl_url_set(handle, CURLUPART_URL, text, 0) == CURLUE_OK {
+            try check(mw_easy_setopt_ptr(easy, CURLOPT_CURLU, UnsafeMutableRawPointer(handle)), "CURLU")
+        } else {
+            try check(mw_easy_setopt_ptr(easy, CURLOPT_CURLU, nil), "CURLU")
+            try check(mw_easy_setopt_cstr(easy, CURLOPT_URL, text), "URL")
+        }
     }
 
     /// The header list, built again only when the request's headers differ from the last request's on this handle.

@@ -10,21 +10,29 @@ public struct DoseTakenEvent: Sendable, Equatable {
     /// Longest `recordingGroupId` (SPEC §3 "Bad input") and `patientId` accepted: the eventKey must fit the indexes.
     public static let maxIdentifierLength = 200
 
-    public var patientId: String
+    public let patientId: String
     /// `YYYY-MM-DD`.
-    public var date: String
-    public var slot: String
-    public var recordingGroupId: String?
-    public var withinTime: Bool
-    public var isPrn: Bool
+    public let date: String
+    public let slot: String
+    public let recordingGroupId: String?
+    public let withinTime: Bool
+    public let isPrn: Bool
     /// The instant of `takenAt`.
-    public var takenAt: Date
-
+    public let takenAt: Date
     /// `doseTaken:{recordingGroupId}`, else `doseTaken:{patientId}:{date}:{slot}:{HH:mm}` with
-    /// HH:mm being `takenAt` in Asia/Tokyo, so retries compute the same key.
-    public var eventKey: String {
-        if let recordingGroupId { return "doseTaken:\(recordingGroupId)" }
-        return "doseTaken:\(patientId):\(date):\(slot):\(Self.tokyoHourMinute(takenAt))"
+    /// HH:mm being `takenAt` in Asia/Tokyo, so retries compute the same key. Made once (the claim, the fan-out and
+    /// the grouping each read it); the fields it comes from never change.
+    public let eventKey: String
+
+    init(patientId: String, date: String, slot: String, recordingGroupId: String?, withinTime: Bool, isPrn: Bool, takenAt: Date) {
+        self.patientId = patientId
+        self.date = date
+        self.slot = slot
+        self.recordingGroupId = recordingGroupId
+        self.withinTime = withinTime
+        self.isPrn = isPrn
+        self.takenAt = takenAt
+        eventKey = recordingGroupId.map { "doseTaken:\($0)" } ?? "doseTaken:\(patientId):\(date):\(slot):\(Self.tokyoHourMinute(takenAt))"
     }
 
     /// Why a payload was refused; the text goes to `"lastError"` verbatim.

@@ -62,12 +62,26 @@ public enum PostgresValue: Sendable, Hashable {
     }
 
     private static func appendQuoted(_ value: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
-            out.append(byte)
+        let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        out.append(quote)
+        var value = value
+        value.withUTF8 { bytes in
+            guard let base = bytes.baseAddress,
+                  memchr(base, Int32(quote), bytes.count) != nil || memchr(base, Int32(backslash), bytes.count) != nil else {
+                // Nothing to escape (ids, tokens, keys: nearly every value): copied whole.
+                out.append(contentsOf: bytes)
+                return
+            }
+            // Runs between the quotes and backslashes are copied whole; each of those gets a backslash before it.
+            var runStart = 0
+            for index in bytes.indices where bytes[index] == quote || bytes[index] == backslash {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                out.append(backslash)
+                runStart = index
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
         }
-        out.append(UInt8(ascii: "\""))
+        out.append(quote)
     }
 
     /// `yyyy-MM-dd HH:mm:ss.SSSSSS+00`, which PostgreSQL reads whatever its DateStyle.

@@ -78,6 +78,49 @@ struct FCMMessageTests {
                                                          "slot": "morning", "recordingGroupId": "group-1"])
     }
 
+    /// The body byte for byte, against a plain reference encoding of SPEC §3's message, with every kind of byte a
+    /// value can hold in every value: quotes, backslashes, the named control escapes, other control bytes (`\u00XX`),
+    /// multi-byte text, and values that are empty or need no escape at all.
+    @Test(arguments: [
+        DoseTakenPush(token: "tok\"en\\1", eventKey: "doseTaken:g\n1", patientId: "p\u{01}\u{1F}\t", displayName: "山田\"花子\\\r",
+                      date: "2026-02-11", slot: "morning", recordingGroupId: "g\u{7F}é", withinTime: true, expiration: 1_770_850_000),
+        DoseTakenPush(token: "plain", eventKey: "doseTaken:" + String(repeating: "k", count: 80), patientId: "", displayName: "",
+                      date: "", slot: "noon", recordingGroupId: nil, withinTime: false, expiration: nil),
+    ])
+    func body_isExactlyTheReferenceEncoding(push: DoseTakenPush) throws {
+        func quoted(_ text: String) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        var expected = #"{"message":{"token":"# + quoted(push.token) + #","notification":{"title":"# + quoted(FCMMessage.title)
+        expected += #","body":"# + quoted(FCMMessage.body(displayName: push.displayName, withinTime: push.withinTime))
+        expected += #"},"data":{"type":"DOSE_TAKEN","patientId":"# + quoted(push.patientId) + #","date":"# + quoted(push.date)
+        expected += #","slot":"# + quoted(push.slot) + #","recordingGroupId":"# + quoted(push.recordingGroupId ?? "")
+        expected += #"},"apns":{"headers":{"apns-collapse-id":"# + quoted(FCMMessage.collapseId(eventKey: push.eventKey))
+        expected += #","apns-push-type":"alert","apns-priority":"10""#
+        if let expiration = push.expiration { expected += #","apns-expiration":"# + quoted(String(expiration)) }
+        expected += #"},"payload":{"aps":{"sound":"default","thread-id":"# + quoted("patient-" + push.patientId)
+        expected += #"}}},"fcm_options":{"analytics_label":"dose_taken"}}}"#
+        let body = FCMMessage.json(for: push)
+        #expect(String(decoding: body, as: UTF8.self) == expected)
+        // And it is JSON that gives the values back.
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any])
+        let message = try #require(json["message"] as? [String: Any])
+        #expect(message["token"] as? String == push.token)
+        #expect((message["data"] as? [String: String])?["patientId"] == push.patientId)
+    }
+
     @Test func apnsHeaders_alertPriorityAndExpiration() throws {
         let json = try #require(try JSONSerialization.jsonObject(with: Data(FCMMessage.json(for: Self.push(name: "n")))) as? [String: Any])
         let headers = try #require(((json["message"] as? [String: Any])?["apns"] as? [String: Any])?["headers"] as? [String: String])

@@ -21,6 +21,21 @@ struct PostgresConnectionTests {
         }
     }
 
+    /// Array elements are quoted whole and only `"` and `\` escaped: every element comes back as it was sent,
+    /// wherever the specials sit (first, last, doubled, beside multi-byte text), and NULL stays NULL.
+    @Test func arrayElements_roundTripQuotesAndBackslashesAnywhere() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let elements = ["", "\"", "\\", "a\"b\\c", "\"\"x\\\\", "end\\", "服\"薬\\", "NULL", "{a,b}", "plain-token:APA91b"]
+            let rows = try await client.query("SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n", [.textArray(elements)])
+            #expect(try rows.map { try $0["x"].string() } == elements)
+            let optional: [String?] = ["\"q\"", nil, "b\\"]
+            let nullable = try await client.query("SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n",
+                                                  [.optionalTextArray(optional)])
+            #expect(nullable.map { $0["x"].isNull ? nil : try? $0["x"].string() } == optional)
+        }
+    }
+
     /// BEGIN, the settings, the statements and COMMIT in one pipeline: results in order, settings in force inside
     /// the transaction only, a failure rolls everything back and leaves the connection usable. Direct and through PgBouncer.
     @Test(arguments: [false, true]) func pipelinedTransaction_oneRoundTrip_rollsBackOnFailure(throughPooler: Bool) async throws {

@@ -86,37 +86,47 @@ struct Claimer: Sendable {
         EventFate.refused(.fanOut, sqlState: error.sqlState, message: error.message)
     }
 
-    /// One group per eventKey with its sends.
+    /// One group per eventKey with its sends, in claim order (normally one event per key). Each key is hashed once per
+    /// event and once per delivery; the events are read in place, never copied into buckets.
     private func groups(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery],
                         leaseDeadline: ContinuousClock.Instant) -> [EngineLoop.Claimed] {
-        var groups: [String: [(claim: ClaimedEvent, event: DoseTakenEvent)]] = [:]
-        var order: [String] = []
-        for item in valid {
-            if groups[item.event.eventKey] == nil { order.append(item.event.eventKey) }
-            groups[item.event.eventKey, default: []].append(item)
+        var groupOf: [String: Int] = [:]
+        groupOf.reserveCapacity(valid.count)
+        var members: [[Int]] = []
+        members.reserveCapacity(valid.count)
+        for index in valid.indices {
+            let key = valid[index].event.eventKey
+            if let group = groupOf[key] {
+                members[group].append(index)
+            } else {
+                groupOf[key] = members.count
+                members.append([index])
+            }
         }
-        var deliveriesByKey: [String: [ClaimedDelivery]] = [:]
-        for delivery in fanOut { deliveriesByKey[delivery.eventKey, default: []].append(delivery) }
+        var deliveries = [[ClaimedDelivery]](repeating: [], count: members.count)
+        for delivery in fanOut {
+            if let group = groupOf[delivery.eventKey] { deliveries[group].append(delivery) }
+        }
 
         var result: [EngineLoop.Claimed] = []
-        result.reserveCapacity(order.count)
-        for key in order {
-            let members = groups[key]!
-            let deliveries = deliveriesByKey[key] ?? []
-            var group = EngineLoop.Claimed(events: members.map(\.claim), eventKey: key, leaseDeadline: leaseDeadline, sends: [])
-            if !deliveries.isEmpty {
-                let event = members[0].event
-                let name = members[0].claim.displayName ?? ""
+        result.reserveCapacity(members.count)
+        for (group, indexes) in members.enumerated() {
+            let first = valid[indexes[0]]
+            let key = first.event.eventKey
+            var claimed = EngineLoop.Claimed(events: indexes.map { valid[$0].claim }, eventKey: key, leaseDeadline: leaseDeadline, sends: [])
+            if !deliveries[group].isEmpty {
+                let event = first.event
+                let name = first.claim.displayName ?? ""
                 // The same on every retry: the row's creation, not the claim, decides when the push goes stale.
-                let createdAt = members.compactMap(\.claim.createdAt).min()
+                let createdAt = indexes.compactMap { valid[$0].claim.createdAt }.min()
                 let expiration = createdAt.map { Int64(($0.timeIntervalSince1970 + configuration.eventMaxAge.asSeconds).rounded(.down)) }
-                group.sends = deliveries.map { delivery in
+                claimed.sends = deliveries[group].map { delivery in
                     (delivery, DoseTakenPush(token: delivery.token, eventKey: key, patientId: event.patientId, displayName: name,
                                              date: event.date, slot: event.slot, recordingGroupId: event.recordingGroupId,
                                              withinTime: event.withinTime, expiration: expiration), createdAt)
                 }
             }
-            result.append(group)
+            result.append(claimed)
         }
         return result
     }

@@ -155,7 +155,8 @@ struct EngineStateMachine: Sendable {
         while !stopped, sending < slots, sending + unwritten < capacity, let send = popFirst() {
             // Taken out while changed, so the group's dictionary is changed in place (never copied).
             guard var group = groups.removeValue(forKey: send.group) else { continue }
-            guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .queued else {
+            // Found once by index: the delivery's id is hashed once per transition.
+            guard let index = group.deliveries.index(forKey: send.delivery.id), group.deliveries.values[index].phase == .queued else {
                 groups[send.group] = group
                 continue
             }
@@ -163,16 +164,15 @@ struct EngineStateMachine: Sendable {
                 // Not renewed in time (the database unreachable): the lease lapses, and the work with it.
                 group.lost = true
             }
-            if group.lost || delivery.lost {
+            if group.lost || group.deliveries.values[index].lost {
                 // Another instance owns it now: nothing is sent, nothing written for the delivery.
-                group.deliveries.removeValue(forKey: send.delivery.id)
+                group.deliveries.remove(at: index)
                 group.open -= 1
                 group.unsent = true
-                actions += end(send.group, group)
+                end(send.group, group, into: &actions)
                 continue
             }
-            delivery.phase = .sending
-            group.deliveries[send.delivery.id] = delivery
+            group.deliveries.values[index].phase = .sending
             groups[send.group] = group
             sending += 1
             actions.append(.send(send))
@@ -185,7 +185,7 @@ struct EngineStateMachine: Sendable {
     /// unknown and nothing is written for it (its lease stays: FCM may have it).
     mutating func answered(_ send: PendingSend, _ outcome: SendOutcome, abandoning: Bool = false) -> [Action] {
         guard var group = groups.removeValue(forKey: send.group) else { return [] }
-        guard var delivery = group.deliveries[send.delivery.id], delivery.phase == .sending else {
+        guard let index = group.deliveries.index(forKey: send.delivery.id), group.deliveries.values[index].phase == .sending else {
             groups[send.group] = group
             return []
         }
@@ -194,10 +194,10 @@ struct EngineStateMachine: Sendable {
         var actions: [Action] = []
         switch outcome {
         case .retry where abandoning:
-            group.deliveries.removeValue(forKey: send.delivery.id)
+            group.deliveries.remove(at: index)
             group.abandoned = true
         case .notSent:
-            group.deliveries.removeValue(forKey: send.delivery.id)
+            group.deliveries.remove(at: index)
             group.unsent = true
             actions.append(.release(send))
         case .retry(let reason, let after, let minimum):
@@ -208,12 +208,12 @@ struct EngineStateMachine: Sendable {
             }
             fallthrough
         default:
-            delivery.phase = .answered
-            group.deliveries[send.delivery.id] = delivery
+            group.deliveries.values[index].phase = .answered
             unwritten += 1
             actions.append(.record(send, outcome))
         }
-        return actions + end(send.group, group)
+        end(send.group, group, into: &actions)
+        return actions
     }
 
     // MARK: Write
@@ -222,9 +222,12 @@ struct EngineStateMachine: Sendable {
     /// groups whose end it carried leave.
     mutating func written(_ receipt: Receipt) {
         for key in receipt.deliveries {
-            guard let phase = groups[key.group]?.deliveries[key.delivery]?.phase, phase == .answered else { continue }
-            groups[key.group]?.deliveries.removeValue(forKey: key.delivery)
-            unwritten -= 1
+            guard var group = groups.removeValue(forKey: key.group) else { continue }
+            if let index = group.deliveries.index(forKey: key.delivery), group.deliveries.values[index].phase == .answered {
+                group.deliveries.remove(at: index)
+                unwritten -= 1
+            }
+            groups[key.group] = group
         }
         for id in receipt.groups {
             guard let group = groups.removeValue(forKey: id) else { continue }
@@ -315,7 +318,7 @@ struct EngineStateMachine: Sendable {
             }
             group.open = 0
             group.abandoned = true
-            actions += end(id, group)
+            end(id, group, into: &actions)
         }
         return actions
     }
@@ -332,19 +335,21 @@ struct EngineStateMachine: Sendable {
         group.deliveries.removeValue(forKey: send.delivery.id)
         group.open -= 1
         group.unsent = true
-        return [.release(send)] + end(send.group, group)
+        var actions: [Action] = [.release(send)]
+        end(send.group, group, into: &actions)
+        return actions
     }
 
     /// Stores the group; hands its end to the writer once nothing of it is queued or sending.
-    private mutating func end(_ id: EventGroupID, _ group: Group) -> [Action] {
+    private mutating func end(_ id: EventGroupID, _ group: Group, into actions: inout [Action]) {
         var group = group
         guard group.open == 0, !group.ending else {
             groups[id] = group
-            return []
+            return
         }
         group.ending = true
+        actions.append(.settle(id, group))
         groups[id] = group
-        return [.settle(id, group)]
     }
 
     private mutating func popFirst() -> PendingSend? {
