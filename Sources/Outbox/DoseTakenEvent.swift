@@ -48,8 +48,8 @@ public struct DoseTakenEvent: Sendable, Equatable {
             throw Invalid("unknown eventType \"\(eventType.prefix(64))\" (expected \(Self.eventType))")
         }
         guard !patientId.isEmpty else { throw Invalid("patientId is empty") }
-        let patientIdLength = patientId.count
-        guard patientIdLength <= maxIdentifierLength else {
+        // Characters are counted only when the bytes could be too many (a character is at least one byte).
+        if patientId.utf8.count > maxIdentifierLength, case let patientIdLength = patientId.count, patientIdLength > maxIdentifierLength {
             throw Invalid("patientId is \(patientIdLength) characters; at most \(maxIdentifierLength) are allowed")
         }
         guard let json = JSONValue.parse(payload) else { throw Invalid("payload is not valid JSON") }
@@ -66,8 +66,7 @@ public struct DoseTakenEvent: Sendable, Equatable {
         case nil, .null?: recordingGroupId = nil
         case .string(let value)?:
             guard !value.isEmpty else { throw Invalid("payload.recordingGroupId is an empty string (omit it or use null)") }
-            let length = value.count
-            guard length <= maxIdentifierLength else {
+            if value.utf8.count > maxIdentifierLength, case let length = value.count, length > maxIdentifierLength {
                 throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxIdentifierLength) are allowed")
             }
             recordingGroupId = value

@@ -172,9 +172,18 @@ struct OutboxStore: Sendable {
         let claimedAt = rows.column("claimed_at")
         var deliveries: [ClaimedDelivery] = []
         deliveries.reserveCapacity(rows.count)
+        // Every row's claimed_at is the statement's now(): read once, unless a row says otherwise.
+        var lastClaimedAt: (text: String, date: Date)?
         for row in rows {
+            let cell = row[claimedAt]
+            let text = try cell.string()
+            let date: Date
+            if let lastClaimedAt, lastClaimedAt.text == text { date = lastClaimedAt.date } else {
+                date = try cell.date()
+                lastClaimedAt = (text, date)
+            }
             deliveries.append(ClaimedDelivery(id: try row[id].string(), eventKey: try row[eventKey].string(), deviceId: try row[deviceId].string(),
-                                              token: try row[deviceToken].string(), claimedAt: try row[claimedAt].date(), lease: token))
+                                              token: try row[deviceToken].string(), claimedAt: date, lease: token))
         }
         return deliveries
     }

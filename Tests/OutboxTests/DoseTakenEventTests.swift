@@ -36,4 +36,26 @@ struct DoseTakenEventTests {
             (error as? DoseTakenEvent.Invalid)?.reason.contains(reason) == true
         }
     }
+
+    /// At most 200 characters (not bytes) in patientId and recordingGroupId: 200 three-byte characters pass, a 201st
+    /// character is refused with the count, in ASCII as in CJK and in characters made of several scalars.
+    @Test(arguments: ["a", "患", "e\u{301}"])
+    func identifiers_areLimitedTo200Characters(character: String) throws {
+        let payload = { (group: String) in
+            #"{"date":"2026-02-11","slot":"noon","withinTime":true,"recordingGroupId":"\#(group)","takenAt":"2026-02-11T08:03:27Z"}"#
+        }
+        let fits = String(repeating: character, count: 200), over = String(repeating: character, count: 201)
+        let event = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: fits, payload: payload(fits))
+        #expect(event.patientId == fits && event.eventKey == "doseTaken:" + fits)
+        #expect {
+            _ = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: over, payload: payload("g"))
+        } throws: { error in
+            (error as? DoseTakenEvent.Invalid)?.reason == "patientId is 201 characters; at most 200 are allowed"
+        }
+        #expect {
+            _ = try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload(over))
+        } throws: { error in
+            (error as? DoseTakenEvent.Invalid)?.reason == "payload.recordingGroupId is 201 characters; at most 200 are allowed"
+        }
+    }
 }

@@ -21,11 +21,20 @@ extension EngineLoop: WrittenReceipts {}
 
 final class Completer: Sendable {
     /// One buffered write and what it confirms to the engine's books once written.
-    struct Entry: Sendable {
-        var completion: OutboxStore.Completion
-        var receipt = EngineStateMachine.Receipt()
-        /// A dead token's device and reason, for the disabled-device metric.
-        var disabling: (device: String, reason: String)?
+    enum Entry: Sendable {
+        /// One answered delivery's outcome (the common case, kept free of arrays of its own); a dead token's device and
+        /// reason go with it for the disabled-device metric.
+        case record(DeliveryResult, EngineStateMachine.Receipt.Key, disabling: (device: String, reason: String)?)
+        /// Anything else: settlements, releases, events finished without sending.
+        case other(OutboxStore.Completion, EngineStateMachine.Receipt)
+
+        /// Items it adds to a flush.
+        var count: Int {
+            switch self {
+            case .record: 1
+            case .other(let completion, _): completion.count
+            }
+        }
     }
 
     private struct State {
@@ -38,8 +47,8 @@ final class Completer: Sendable {
         mutating func take(upTo limit: Int) -> [Entry] {
             var count = 0
             var taken = 0
-            while taken < entries.count, taken == 0 || count + entries[taken].completion.count <= limit {
-                count += entries[taken].completion.count
+            while taken < entries.count, taken == 0 || count + entries[taken].count <= limit {
+                count += entries[taken].count
                 taken += 1
             }
             buffered -= count
@@ -105,14 +114,14 @@ final class Completer: Sendable {
             case .send:
                 continue
             case .record(let send, let outcome):
-                var entry = Entry(completion: OutboxStore.Completion(deliveries: [DeliveryResult(delivery: send.delivery, outcome: outcome)]),
-                                  receipt: .init(deliveries: [.init(group: send.group, delivery: send.delivery.id)]))
-                if case .tokenInvalid(let reason) = outcome { entry.disabling = (send.delivery.deviceId, reason) }
-                entries.append(entry)
+                var disabling: (device: String, reason: String)?
+                if case .tokenInvalid(let reason) = outcome { disabling = (send.delivery.deviceId, reason) }
+                entries.append(.record(DeliveryResult(delivery: send.delivery, outcome: outcome),
+                                       .init(group: send.group, delivery: send.delivery.id), disabling: disabling))
             case .release(let send):
-                entries.append(Entry(completion: OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)])))
+                entries.append(.other(OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)]), .init()))
             case .settle(let id, let group):
-                entries.append(Entry(completion: settlement(of: group), receipt: .init(groups: [id])))
+                entries.append(.other(settlement(of: group), .init(groups: [id])))
             }
         }
         add(entries)
@@ -121,7 +130,7 @@ final class Completer: Sendable {
     /// Events decided without sending (bad input → DEAD, too old → EXPIRED).
     func finish(_ events: [FinishedEvent]) {
         guard !events.isEmpty else { return }
-        add([Entry(completion: OutboxStore.Completion(finished: events))])
+        add([.other(OutboxStore.Completion(finished: events), .init())])
     }
 
     /// No more items will come: `run` writes what is buffered and returns.
@@ -177,7 +186,7 @@ final class Completer: Sendable {
     private func add(_ entries: [Entry]) {
         guard !entries.isEmpty else { return }
         let waiter = state.withLock { state in
-            for entry in entries { state.buffered += entry.completion.count }
+            for entry in entries { state.buffered += entry.count }
             state.entries += entries
             return state.takeWaiter()
         }
@@ -207,10 +216,18 @@ final class Completer: Sendable {
             var batch = OutboxStore.Completion()
             var receipt = EngineStateMachine.Receipt()
             var reasons: [String: String] = [:]
+            batch.deliveries.reserveCapacity(entries.count)
+            receipt.deliveries.reserveCapacity(entries.count)
             for entry in entries {
-                batch.append(entry.completion)
-                receipt.append(entry.receipt)
-                if let disabling = entry.disabling { reasons[disabling.device] = disabling.reason }
+                switch entry {
+                case .record(let result, let key, let disabling):
+                    batch.deliveries.append(result)
+                    receipt.deliveries.append(key)
+                    if let disabling { reasons[disabling.device] = disabling.reason }
+                case .other(let completion, let written):
+                    batch.append(completion)
+                    receipt.append(written)
+                }
             }
             let started = ContinuousClock.now
             await turn.run { await write(batch, disableReasons: reasons) }
