@@ -65,12 +65,13 @@ public enum FCMMessage {
         let collapse = collapseId(eventKey: push.eventKey)
         let expiration = push.expiration.map { String($0) }
         let recordingGroupId = push.recordingGroupId ?? ""
-        // Written in one pass into one allocation sized for the worst case (every byte of every value escaped as
-        // `\u00XX`): no growth, no per-piece bookkeeping of an appended array.
+        // Written in one pass into scratch space sized for the worst case (every byte of every value escaped as
+        // `\u00XX`), then copied once into an array of the exact size (sends in flight hold it): no growth, no
+        // per-piece bookkeeping of an appended array.
         let values = push.token.utf8.count + title.utf8.count + body.utf8.count + 2 * push.patientId.utf8.count + push.date.utf8.count
             + push.slot.utf8.count + recordingGroupId.utf8.count + collapse.utf8.count
         let bound = templateBytes + 6 * (values + (expiration?.utf8.count ?? 0))
-        return [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: bound) { buffer in
             var out = JSONWriter(base: buffer.baseAddress!)
             out.raw(#"{"message":{"token":"#); out.string(push.token)
             out.raw(#","notification":{"title":"#); out.string(title)
@@ -86,7 +87,7 @@ public enum FCMMessage {
             out.raw(#"},"payload":{"aps":{"sound":"default","thread-id":"patient-"#); out.string(push.patientId, opened: true)
             out.raw(#"}}},"fcm_options":{"analytics_label":"dose_taken"}}}"#)
             precondition(out.offset <= bound, "FCM message overran its bound")
-            count = out.offset
+            return Array(UnsafeBufferPointer(rebasing: buffer[..<out.offset]))
         }
     }
 
