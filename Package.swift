@@ -72,7 +72,7 @@ let package = Package(
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),
-        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "Logging", "Metrics", "CCurl", "TestSupport"]),
+        .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "JSON", "Logging", "Metrics", "CCurl", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),

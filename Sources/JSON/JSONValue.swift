@@ -151,11 +151,11 @@ private struct JSONParser {
 
     mutating func object(depth: Int) -> JSONValue? {
         index += 1
-        // Room for an outbox payload's members without growing (an empty dictionary allocates nothing).
         var fields: [String: JSONValue] = [:]
         skipSpace()
-        if index < bytes.count, bytes[index] != UInt8(ascii: "}") { fields.reserveCapacity(8) }
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(fields) }
+        // Room for an outbox payload's members without growing.
+        fields.reserveCapacity(8)
         while true {
             skipSpace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return nil }

@@ -49,8 +49,11 @@ public struct DoseTakenEvent: Sendable, Equatable {
         }
         guard !patientId.isEmpty else { throw Invalid("patientId is empty") }
         // Characters are counted only when the bytes could be too many (a character is at least one byte).
-        if patientId.utf8.count > maxIdentifierLength, case let patientIdLength = patientId.count, patientIdLength > maxIdentifierLength {
-            throw Invalid("patientId is \(patientIdLength) characters; at most \(maxIdentifierLength) are allowed")
+        if patientId.utf8.count > maxIdentifierLength {
+            let length = patientId.count
+            guard length <= maxIdentifierLength else {
+                throw Invalid("patientId is \(length) characters; at most \(maxIdentifierLength) are allowed")
+            }
         }
         guard let json = JSONValue.parse(payload) else { throw Invalid("payload is not valid JSON") }
         guard case .object(let fields) = json else { throw Invalid("payload is a JSON \(json.typeName), expected an object") }
@@ -66,8 +69,11 @@ public struct DoseTakenEvent: Sendable, Equatable {
         case nil, .null?: recordingGroupId = nil
         case .string(let value)?:
             guard !value.isEmpty else { throw Invalid("payload.recordingGroupId is an empty string (omit it or use null)") }
-            if value.utf8.count > maxIdentifierLength, case let length = value.count, length > maxIdentifierLength {
-                throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxIdentifierLength) are allowed")
+            if value.utf8.count > maxIdentifierLength {
+                let length = value.count
+                guard length <= maxIdentifierLength else {
+                    throw Invalid("payload.recordingGroupId is \(length) characters; at most \(maxIdentifierLength) are allowed")
+                }
             }
             recordingGroupId = value
         case let other?: throw Invalid("payload.recordingGroupId is a \(other.typeName), expected a string or null")

@@ -1,5 +1,6 @@
 import FCM
 import Foundation
+import JSON
 import Push
 import Testing
 
@@ -78,7 +79,7 @@ struct FCMMessageTests {
                                                          "slot": "morning", "recordingGroupId": "group-1"])
     }
 
-    /// The body byte for byte, against a plain reference encoding of SPEC §3's message, with every kind of byte a
+    /// The body byte for byte, against a reference encoding of SPEC §3's message, with every kind of byte a
     /// value can hold in every value: quotes, backslashes, the named control escapes, other control bytes (`\u00XX`),
     /// multi-byte text, and values that are empty or need no escape at all.
     @Test(arguments: [
@@ -88,21 +89,8 @@ struct FCMMessageTests {
                       date: "", slot: "noon", recordingGroupId: nil, withinTime: false, expiration: nil),
     ])
     func body_isExactlyTheReferenceEncoding(push: DoseTakenPush) throws {
-        func quoted(_ text: String) -> String {
-            var out = "\""
-            for scalar in text.unicodeScalars {
-                switch scalar {
-                case "\"": out += "\\\""
-                case "\\": out += "\\\\"
-                case "\n": out += "\\n"
-                case "\r": out += "\\r"
-                case "\t": out += "\\t"
-                case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-                default: out.unicodeScalars.append(scalar)
-                }
-            }
-            return out + "\""
-        }
+        // The reference: the JSON module's own string writer, written apart from the FCM body's.
+        let quoted = JSONValue.quoted
         var expected = #"{"message":{"token":"# + quoted(push.token) + #","notification":{"title":"# + quoted(FCMMessage.title)
         expected += #","body":"# + quoted(FCMMessage.body(displayName: push.displayName, withinTime: push.withinTime))
         expected += #"},"data":{"type":"DOSE_TAKEN","patientId":"# + quoted(push.patientId) + #","date":"# + quoted(push.date)
