@@ -34,22 +34,59 @@ static inline CURLcode mw_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **v
 static inline CURLcode mw_easy_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value) {
     return curl_easy_getinfo(handle, info, value);
 }
+static inline CURLSHcode mw_share_setopt_long(CURLSH *handle, CURLSHoption option, long value) {
+    return curl_share_setopt(handle, option, value);
+}
 static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, long value) {
     return curl_multi_setopt(handle, option, value);
 }
 
-/* CURLOPT_SSL_CTX_FUNCTION: clear SSL_MODE_RELEASE_BUFFERS, which libcurl 7.88 sets on every context it makes
-   (8.8 dropped it). With it, OpenSSL frees a connection's read and write buffers whenever they empty and allocates
-   them again for the next record: an allocation and a free per record on a connection that carries a record every
-   few microseconds. The buffers (about 34 KB per connection) stay allocated instead. */
+/* CURLOPT_SSL_CTX_FUNCTION, called for every new connection's SSL_CTX after libcurl 7.88 has configured it.
+
+   Clears SSL_MODE_RELEASE_BUFFERS, which libcurl 7.88 sets on every context it makes (8.8 dropped it). With it,
+   OpenSSL frees a connection's read and write buffers whenever they empty and allocates them again for the next
+   record: an allocation and a free per record on a connection that carries a record every few microseconds. The
+   buffers (about 34 KB per connection) stay allocated instead.
+
+   Makes TLS sessions resumable on the next connection (after a GOAWAY, at the connection's maximum age):
+   - libcurl 7.88 sets SSL_OP_NO_TICKET, so a TLS 1.2 session could be resumed only from a server-side session cache,
+     which servers such as nginx keep off by default. Tickets are allowed again (TLS 1.3 resumes by tickets only).
+   - libcurl caches the SSL_SESSION its connection uses. When that connection is freed without having sent a
+     close_notify (libcurl 7.88 closes a connection the server has ended without one), OpenSSL marks the session
+     not resumable, and the next connection offers a dead session: a full handshake every time. So libcurl's
+     new-session callback (already set on the context) is handed a copy of each new session, and of a resumed one,
+     that no connection uses: what ends a connection no longer spoils what the next one resumes. */
 #include <openssl/ssl.h>
-static CURLcode mw_keep_tls_buffers(CURL *handle, void *ssl_ctx, void *userdata) {
+/* libcurl's new-session callback is kept in the context's application data, which libcurl 7.88 does not use. */
+typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);
+static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
+    mw_new_session_callback store = (mw_new_session_callback)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    SSL_SESSION *copy = store && SSL_SESSION_is_resumable(session) ? SSL_SESSION_dup(session) : NULL;
+    if (copy && !store(ssl, copy)) SSL_SESSION_free(copy);
+    return 0; /* the connection's own session is not kept */
+}
+static void mw_tls_info(const SSL *ssl, int where, int ret) {
+    (void)ret;
+    if ((where & SSL_CB_HANDSHAKE_DONE) && SSL_session_reused((SSL *)ssl)) {
+        SSL_SESSION *session = SSL_get_session(ssl);
+        if (session) (void)mw_offer_session_copy((SSL *)ssl, session);
+    }
+}
+static CURLcode mw_tune_tls_context(CURL *handle, void *ssl_ctx, void *userdata) {
     (void)handle; (void)userdata;
-    SSL_CTX_clear_mode((SSL_CTX *)ssl_ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX *context = (SSL_CTX *)ssl_ctx;
+    SSL_CTX_clear_mode(context, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_clear_options(context, SSL_OP_NO_TICKET);
+    mw_new_session_callback store = SSL_CTX_sess_get_new_cb(context);
+    if (store && store != mw_offer_session_copy) {
+        SSL_CTX_set_app_data(context, (void *)store);
+        SSL_CTX_sess_set_new_cb(context, mw_offer_session_copy);
+        SSL_CTX_set_info_callback(context, mw_tls_info);
+    }
     return CURLE_OK;
 }
-static inline CURLcode mw_easy_keep_tls_buffers(CURL *handle) {
-    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, mw_keep_tls_buffers);
+static inline CURLcode mw_easy_tune_tls(CURL *handle) {
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, mw_tune_tls_context);
 }
 
 typedef int (*mw_curl_sockopt_callback)(void *clientp, curl_socket_t fd, curlsocktype purpose);

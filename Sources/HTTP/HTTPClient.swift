@@ -19,6 +19,10 @@ private let curlGlobalInit: Void = {
 public final class HTTPClient: Sendable {
     public let configuration: HTTPClientConfiguration
     private let multi: MultiHandle
+    /// TLS sessions shared by every easy handle of this client (libcurl keeps them per easy handle otherwise), so a
+    /// connection opened after a GOAWAY or at `maxConnectionAge` resumes the session of the one before it, whichever
+    /// handle opens it: no certificate is sent, signed or verified again. Used by the driver thread only (no locks).
+    private let share: ShareHandle
     /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
     private let caBundlePath: String?
     private let state = Mutex(State())
@@ -65,6 +69,9 @@ public final class HTTPClient: Sendable {
         } else {
             caBundlePath = nil
         }
+        guard let sharedSessions = curl_share_init() else { throw HTTPError(.invalidRequest, "curl_share_init failed") }
+        share = ShareHandle(raw: sharedSessions)
+        _ = mw_share_setopt_long(sharedSessions, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_SSL_SESSION.rawValue))
         guard let raw = curl_multi_init() else { throw HTTPError(.invalidRequest, "curl_multi_init failed") }
         multi = MultiHandle(raw: raw)
         _ = mw_multi_setopt_long(raw, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
@@ -83,6 +90,8 @@ public final class HTTPClient: Sendable {
     deinit {
         shutdown()
         curl_multi_cleanup(multi.raw)
+        // After the driver thread is joined: its easy handles, the share's users, are gone.
+        curl_share_cleanup(share.raw)
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
@@ -300,7 +309,8 @@ public final class HTTPClient: Sendable {
                 if let reused = idle.popLast() {
                     transfer = reused
                 } else {
-                    transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath)
+                    transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath,
+                                                share: client.share.raw)
                 }
                 try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
                 transfer.probing = unknownServer(of: item.request.url)
@@ -441,6 +451,11 @@ public final class HTTPClient: Sendable {
             if opened > 0 { client.state.withLock { $0.opened += opened } }
         }
     }
+}
+
+/// The share handle's pointer: set on easy handles and used by libcurl on the driver thread only; released in `deinit`.
+private struct ShareHandle: @unchecked Sendable {
+    let raw: UnsafeMutableRawPointer
 }
 
 /// The multi handle's pointer, shared by callers (only `curl_multi_wakeup`, which libcurl allows from any thread) and the driver.

@@ -14,10 +14,10 @@ struct HTTP2Tests {
     /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
     /// `tokenEndpoint`: where access tokens come from (default: nginx itself, over HTTP/2).
     static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100, tokenEndpoint: String? = nil,
-                    keys: (privatePEM: String, publicPEM: String)? = nil) throws -> (Nginx, FCMSender, String) {
+                    keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2") throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
         let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
-                              keepaliveRequests: keepaliveRequests)
+                              keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols)
         let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
         let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM,
@@ -73,6 +73,26 @@ struct HTTP2Tests {
         try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { Self.sendsLogged(nginx) >= 1000 }
         #expect(Self.sendsLogged(nginx) == 1000)
         #expect(sender.http.connectionsOpened >= 20)
+    }
+
+    /// Every connection opened after the first resumes a TLS session (no certificate sent, signed or verified again),
+    /// over TLS 1.2 (by ticket: nginx keeps no session cache) and TLS 1.3 (FCM's), whichever of the client's easy
+    /// handles opens it. Before, none did: libcurl 7.88 asks for no TLS 1.2 ticket, keeps sessions per easy handle,
+    /// and keeps the very session its connection used, which OpenSSL marks not resumable when nginx ends the
+    /// connection without a close_notify.
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
+    func connectionsAfterAGoaway_resumeTheTLSSession(tlsProtocol: String) async throws {
+        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, tlsProtocols: tlsProtocol)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
+        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { Self.sendsLogged(nginx) >= 1000 }
+        let connections = nginx.connectionsResumed
+        let full = connections.values.filter { !$0 }.count
+        #expect(connections.count >= 20, "\(connections.count) connections")
+        // The first connection (the token's and the first sends') cannot resume; one more may open before its session
+        // ticket has been read.
+        #expect(full <= 2, "\(full) of \(connections.count) connections made a full handshake")
     }
 
     /// GOAWAY after every 10 requests with 100 in flight: most streams are refused, again and again, so libcurl gives

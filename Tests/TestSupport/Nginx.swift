@@ -12,14 +12,17 @@ public final class Nginx: Sendable {
     }
 
     /// `keepaliveRequests`: requests per connection before nginx sends GOAWAY (connection turnover).
-    public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000) throws {
+    /// `tlsProtocols`: nginx's `ssl_protocols` (Debian 12's nginx speaks TLSv1 to TLSv1.2 unless told).
+    public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000,
+                tlsProtocols: String = "TLSv1.2") throws {
         guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
         self.port = port
         directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/logs", withIntermediateDirectories: true)
         try certificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
-        try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+        try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests,
+                               tlsProtocols: tlsProtocols).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
         process.standardOutput = FileHandle.nullDevice
@@ -42,20 +45,33 @@ public final class Nginx: Sendable {
         }
     }
 
-    /// Requests nginx answered, one access-log line each (`METHOD URI STATUS`).
+    /// Requests nginx answered, one access-log line each (`METHOD URI STATUS CONNECTION REUSED`: nginx's connection
+    /// serial number, and `r` when that connection's TLS session was resumed, `.` when it was a full handshake).
     public var accessLog: [String] {
         ((try? String(contentsOfFile: "\(directory)/logs/access.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
+    /// The connections that carried requests, by nginx's serial number: whether each resumed a TLS session.
+    public var connectionsResumed: [String: Bool] {
+        var connections: [String: Bool] = [:]
+        for line in accessLog {
+            let fields = line.split(separator: " ")
+            guard fields.count == 5 else { continue }
+            connections[String(fields[3])] = fields[4] == "r"
+        }
+        return connections
+    }
+
     /// FCM's success body for sends, a static OAuth answer for /token; every answered request logged.
-    public static func configuration(port: UInt16, directory: String, keepaliveRequests: Int = 1_000_000) -> String {
+    public static func configuration(port: UInt16, directory: String, keepaliveRequests: Int = 1_000_000,
+                                     tlsProtocols: String = "TLSv1.2") -> String {
         """
         worker_processes 1;
         pid \(directory)/nginx.pid;
         error_log \(directory)/logs/error.log warn;
         events { worker_connections 4096; }
         http {
-            log_format line '$request_method $request_uri $status';
+            log_format line '$request_method $request_uri $status $connection $ssl_session_reused';
             access_log \(directory)/logs/access.log line;
             client_body_temp_path \(directory)/body;
             proxy_temp_path \(directory)/proxy;
@@ -68,6 +84,7 @@ public final class Nginx: Sendable {
                 listen 127.0.0.1:\(port) ssl http2;
                 ssl_certificate \(directory)/server.pem;
                 ssl_certificate_key \(directory)/server.key;
+                ssl_protocols \(tlsProtocols);
                 location = /token {
                     default_type application/json;
                     return 200 '{"access_token":"nginx-static-token","expires_in":3600,"token_type":"Bearer"}';
