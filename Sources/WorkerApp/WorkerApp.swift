@@ -11,7 +11,7 @@ import WorkerConfig
 /// The daemon's command line: `run` (default) and the operator commands of `OperatorCommands`.
 public enum WorkerApp {
     /// The program version printed by `--version`.
-    public static let version = "0.1.0"
+    public static let version = "0.2.0"
 
     /// sysexits.h statuses the CLI uses (SPEC §5).
     public typealias ExitStatus = OperatorCommands.ExitStatus
