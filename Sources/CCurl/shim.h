@@ -55,38 +55,64 @@ static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, 
      close_notify (libcurl 7.88 closes a connection the server has ended without one), OpenSSL marks the session
      not resumable, and the next connection offers a dead session: a full handshake every time. So libcurl's
      new-session callback (already set on the context) is handed a copy of each new session, and of a resumed one,
-     that no connection uses: what ends a connection no longer spoils what the next one resumes. */
+     that no connection uses: what ends a connection no longer spoils what the next one resumes.
+   Every handshake is counted, full or resumed. */
 #include <openssl/ssl.h>
-/* libcurl's new-session callback is kept in the context's application data, which libcurl 7.88 does not use. */
 typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);
+
+/* One HTTP client's TLS state, owned by the client (it outlives every connection): libcurl's new-session callback
+   (one function for every context) and the handshakes counted, full and resumed. Each context points at it through
+   its application data, which libcurl 7.88 does not use. Written on the driver thread; the counts are read from any. */
+typedef struct {
+    mw_new_session_callback curl_new_session;
+    unsigned long full_handshakes;
+    unsigned long resumed_handshakes;
+} mw_tls_state;
+
 static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
-    mw_new_session_callback store = (mw_new_session_callback)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    mw_tls_state *state = (mw_tls_state *)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    mw_new_session_callback store = state ? state->curl_new_session : NULL;
     SSL_SESSION *copy = store && SSL_SESSION_is_resumable(session) ? SSL_SESSION_dup(session) : NULL;
     if (copy && !store(ssl, copy)) SSL_SESSION_free(copy);
     return 0; /* the connection's own session is not kept */
 }
 static void mw_tls_info(const SSL *ssl, int where, int ret) {
     (void)ret;
-    if ((where & SSL_CB_HANDSHAKE_DONE) && SSL_session_reused((SSL *)ssl)) {
-        SSL_SESSION *session = SSL_get_session(ssl);
-        if (session) (void)mw_offer_session_copy((SSL *)ssl, session);
+    if (!(where & SSL_CB_HANDSHAKE_DONE)) return;
+    mw_tls_state *state = (mw_tls_state *)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+    if (!SSL_session_reused((SSL *)ssl)) {
+        if (state) __atomic_fetch_add(&state->full_handshakes, 1, __ATOMIC_RELAXED);
+        return;
     }
+    if (state) __atomic_fetch_add(&state->resumed_handshakes, 1, __ATOMIC_RELAXED);
+    SSL_SESSION *session = SSL_get_session(ssl);
+    if (session) (void)mw_offer_session_copy((SSL *)ssl, session);
 }
 static CURLcode mw_tune_tls_context(CURL *handle, void *ssl_ctx, void *userdata) {
-    (void)handle; (void)userdata;
+    (void)handle;
     SSL_CTX *context = (SSL_CTX *)ssl_ctx;
+    mw_tls_state *state = (mw_tls_state *)userdata;
     SSL_CTX_clear_mode(context, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_clear_options(context, SSL_OP_NO_TICKET);
     mw_new_session_callback store = SSL_CTX_sess_get_new_cb(context);
-    if (store && store != mw_offer_session_copy) {
-        SSL_CTX_set_app_data(context, (void *)store);
+    if (state && store && store != mw_offer_session_copy) {
+        state->curl_new_session = store;
+        SSL_CTX_set_app_data(context, state);
         SSL_CTX_sess_set_new_cb(context, mw_offer_session_copy);
         SSL_CTX_set_info_callback(context, mw_tls_info);
     }
     return CURLE_OK;
 }
-static inline CURLcode mw_easy_tune_tls(CURL *handle) {
-    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, mw_tune_tls_context);
+static inline CURLcode mw_easy_tune_tls(CURL *handle, mw_tls_state *state) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_SSL_CTX_FUNCTION, mw_tune_tls_context);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, CURLOPT_SSL_CTX_DATA, (void *)state);
+}
+static inline unsigned long mw_tls_full_handshakes(mw_tls_state *state) {
+    return __atomic_load_n(&state->full_handshakes, __ATOMIC_RELAXED);
+}
+static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
+    return __atomic_load_n(&state->resumed_handshakes, __ATOMIC_RELAXED);
 }
 
 typedef int (*mw_curl_sockopt_callback)(void *clientp, curl_socket_t fd, curlsocktype purpose);

@@ -68,6 +68,25 @@ public final class FCMSender: PushSender {
         self.logger = logger
         self.now = now
         duration = metrics.histogram("push_send_duration_seconds", help: "Time from sending an FCM request to its answer.")
+        Self.countHandshakes(of: http, in: metrics)
+    }
+
+    /// `fcm_tls_handshakes_total{session}`, brought up to the client's counts at each scrape: `full` when a new
+    /// connection exchanged certificates, `resumed` when it took up an earlier connection's session. Every connection
+    /// after the first should resume; full ones climbing with the connections means the session is refused.
+    private static func countHandshakes(of http: HTTPClient, in metrics: MetricsRegistry) {
+        let help = "TLS handshakes of new connections to FCM and the OAuth token endpoint: full, or resuming an earlier connection's session."
+        let full = metrics.counter("fcm_tls_handshakes_total", help: help, labels: ["session": "full"])
+        let resumed = metrics.counter("fcm_tls_handshakes_total", help: help, labels: ["session": "resumed"])
+        let counted = Mutex(TLSHandshakes(full: 0, resumed: 0))
+        metrics.onCollect { [weak http] in
+            guard let now = http?.tlsHandshakes else { return }
+            counted.withLock { last in
+                full.increment(by: Double(now.full - last.full))
+                resumed.increment(by: Double(now.resumed - last.resumed))
+                last = now
+            }
+        }
     }
 
     /// Fetches an access token, proving the credentials work (readiness).

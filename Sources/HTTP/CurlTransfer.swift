@@ -33,13 +33,17 @@ final class CurlTransfer {
     var needsOwnConnection = false
     private var completion: HTTPClient.Completion?
 
-    init(configuration: HTTPClientConfiguration, caBundlePath: String?, share: UnsafeMutableRawPointer) throws(HTTPError) {
+    init(configuration: HTTPClientConfiguration, caBundlePath: String?, share: UnsafeMutableRawPointer,
+         tls: UnsafeMutablePointer<mw_tls_state>) throws(HTTPError) {
         guard let easy = curl_easy_init() else { throw HTTPError(.invalidRequest, "curl_easy_init failed") }
         self.easy = easy
         bodyBuffer = .allocate(byteCount: 1024, alignment: 1)
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         try configureOnce(configuration, caBundlePath)
+        // TLS: OpenSSL keeps its record buffers, and a session resumes on the next connection (`mw_tune_tls_context` in
+        // the CCurl shim), from the session cache the client's easy handles share.
+        try check(mw_easy_tune_tls(easy, tls), "SSL_CTX_FUNCTION")
         try check(mw_easy_setopt_ptr(easy, CURLOPT_SHARE, share), "SHARE")
         try check(TransferSockets.install(on: easy, userTimeoutMs: UInt32(clamping: configuration.stallTimeout.milliseconds),
                                           coalesce: configuration.coalesceWrites), "SOCKOPTFUNCTION")
@@ -78,7 +82,6 @@ final class CurlTransfer {
         // `maxConnectionAge`) parsed the whole bundle again: about 28 ms of CPU per connection under OpenSSL 3.
         try check(mw_easy_setopt_cstr(easy, CURLOPT_CAPATH, nil), "CAPATH")
         try check(mw_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 3600), "CA_CACHE_TIMEOUT")
-        try check(mw_easy_tune_tls(easy), "SSL_CTX_FUNCTION")
         try check(mw_easy_setopt_cstr(easy, CURLOPT_NOPROXY, ProxySettings.process.noProxy), "NOPROXY")
         // Connection health: an idle connection silently dropped (NAT, half-open) is found by TCP keepalive
         // probes (10 s idle, then every 5 s); one that stops acknowledging what we send is dropped after

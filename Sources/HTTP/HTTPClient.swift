@@ -23,6 +23,8 @@ public final class HTTPClient: Sendable {
     /// connection opened after a GOAWAY or at `maxConnectionAge` resumes the session of the one before it, whichever
     /// handle opens it: no certificate is sent, signed or verified again. Used by the driver thread only (no locks).
     private let share: ShareHandle
+    /// What the TLS context callback keeps for this client (libcurl's new-session callback, the handshakes counted).
+    private let tls: TLSState
     /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
     private let caBundlePath: String?
     private let state = Mutex(State())
@@ -69,6 +71,7 @@ public final class HTTPClient: Sendable {
         } else {
             caBundlePath = nil
         }
+        tls = TLSState()
         guard let sharedSessions = curl_share_init() else { throw HTTPError(.invalidRequest, "curl_share_init failed") }
         share = ShareHandle(raw: sharedSessions)
         _ = mw_share_setopt_long(sharedSessions, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_SSL_SESSION.rawValue))
@@ -90,13 +93,20 @@ public final class HTTPClient: Sendable {
     deinit {
         shutdown()
         curl_multi_cleanup(multi.raw)
-        // After the driver thread is joined: its easy handles, the share's users, are gone.
+        // After the driver thread is joined: its easy handles, the share's users, are gone; and the multi handle's
+        // cleanup has closed every connection, so no TLS context points at `tls` any more.
         curl_share_cleanup(share.raw)
+        tls.raw.deallocate()
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
     /// Connections opened so far (each TLS handshake counts once).
     public var connectionsOpened: Int { state.withLock { $0.opened } }
+
+    /// TLS handshakes so far: full ones, and ones that resumed an earlier connection's session.
+    public var tlsHandshakes: TLSHandshakes {
+        TLSHandshakes(full: Int(mw_tls_full_handshakes(tls.raw)), resumed: Int(mw_tls_resumed_handshakes(tls.raw)))
+    }
 
     /// Performs one request. Throws `HTTPError` when no HTTP response arrived; `.cancelled` when the
     /// calling task is cancelled first (the request is abandoned; the server may have received it).
@@ -310,7 +320,7 @@ public final class HTTPClient: Sendable {
                     transfer = reused
                 } else {
                     transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath,
-                                                share: client.share.raw)
+                                                share: client.share.raw, tls: client.tls.raw)
                 }
                 try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)
                 transfer.probing = unknownServer(of: item.request.url)
@@ -450,6 +460,17 @@ public final class HTTPClient: Sendable {
             }
             if opened > 0 { client.state.withLock { $0.opened += opened } }
         }
+    }
+}
+
+/// The client's `mw_tls_state`, allocated with it and released in its `deinit`. The driver thread's TLS callbacks write
+/// it; other threads only read its counts, with the shim's atomic loads.
+private struct TLSState: @unchecked Sendable {
+    let raw: UnsafeMutablePointer<mw_tls_state>
+
+    init() {
+        raw = .allocate(capacity: 1)
+        raw.initialize(to: mw_tls_state(curl_new_session: nil, full_handshakes: 0, resumed_handshakes: 0))
     }
 }
 

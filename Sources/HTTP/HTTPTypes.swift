@@ -172,3 +172,15 @@ extension ErrorCode where Family == HTTPError {
     /// The calling task was cancelled; the request was abandoned (the server may have received it).
     public static let cancelled = Self("cancelled")
 }
+
+/// TLS handshakes of a client's connections: `full` ones (certificates exchanged and verified) and `resumed` ones
+/// (an earlier connection's session taken up again).
+public struct TLSHandshakes: Sendable, Equatable {
+    public var full: Int
+    public var resumed: Int
+
+    public init(full: Int, resumed: Int) {
+        self.full = full
+        self.resumed = resumed
+    }
+}

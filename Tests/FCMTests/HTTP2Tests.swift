@@ -14,17 +14,18 @@ struct HTTP2Tests {
     /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
     /// `tokenEndpoint`: where access tokens come from (default: nginx itself, over HTTP/2).
     static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100, tokenEndpoint: String? = nil,
-                    keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2") throws -> (Nginx, FCMSender, String) {
+                    keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2",
+                    sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry()) throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
         let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
-                              keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols)
+                              keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets)
         let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
         let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM,
                                                                                     tokenURI: tokenEndpoint ?? base + "/token"))
         let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: base,
                                                                    http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
-                                   logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry())
+                                   logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics)
         return (nginx, sender, base)
     }
 
@@ -82,7 +83,8 @@ struct HTTP2Tests {
     /// connection without a close_notify.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
     func connectionsAfterAGoaway_resumeTheTLSSession(tlsProtocol: String) async throws {
-        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, tlsProtocols: tlsProtocol)
+        let metrics = MetricsRegistry()
+        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, tlsProtocols: tlsProtocol, metrics: metrics)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender)
         #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
@@ -93,6 +95,32 @@ struct HTTP2Tests {
         // The first connection (the token's and the first sends') cannot resume; one more may open before its session
         // ticket has been read.
         #expect(full <= 2, "\(full) of \(connections.count) connections made a full handshake")
+        // The client counts what nginx saw, and the metric says it.
+        let counted = sender.http.tlsHandshakes
+        #expect(counted == TLSHandshakes(full: full, resumed: connections.count - full), "nginx: \(full) full of \(connections.count)")
+        _ = metrics.render()
+        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]) == Double(counted.full))
+        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "resumed"]) == Double(counted.resumed))
+    }
+
+    /// A server that resumes nothing (TLS 1.2 without tickets, and nginx keeps no session cache): every connection
+    /// makes a full handshake, sends still succeed, and the metric counts every handshake as full, the sign an
+    /// operator reads for a proxy that refuses sessions.
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func aServerThatResumesNothing_everyHandshakeCountsAsFull() async throws {
+        let metrics = MetricsRegistry()
+        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, sessionTickets: false, metrics: metrics)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
+        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { Self.sendsLogged(nginx) >= 1000 }
+        let connections = nginx.connectionsResumed
+        #expect(connections.count >= 20, "\(connections.count) connections")
+        #expect(connections.values.allSatisfy { !$0 })
+        #expect(sender.http.tlsHandshakes == TLSHandshakes(full: connections.count, resumed: 0))
+        _ = metrics.render()
+        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]) == Double(connections.count))
+        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "resumed"]) == 0)
     }
 
     /// GOAWAY after every 10 requests with 100 in flight: most streams are refused, again and again, so libcurl gives

@@ -12,9 +12,10 @@ public final class Nginx: Sendable {
     }
 
     /// `keepaliveRequests`: requests per connection before nginx sends GOAWAY (connection turnover).
-    /// `tlsProtocols`: nginx's `ssl_protocols` (Debian 12's nginx speaks TLSv1 to TLSv1.2 unless told).
+    /// `tlsProtocols`: nginx's `ssl_protocols` (Debian 12's nginx speaks TLSv1 to TLSv1.2 unless told);
+    /// `sessionTickets`: nginx's `ssl_session_tickets` (without them and without a session cache, nothing resumes).
     public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000,
-                tlsProtocols: String = "TLSv1.2") throws {
+                tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) throws {
         guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
         self.port = port
         directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
@@ -22,7 +23,7 @@ public final class Nginx: Sendable {
         try certificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
         try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests,
-                               tlsProtocols: tlsProtocols).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+                               tlsProtocols: tlsProtocols, sessionTickets: sessionTickets).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
         process.standardOutput = FileHandle.nullDevice
@@ -64,7 +65,7 @@ public final class Nginx: Sendable {
 
     /// FCM's success body for sends, a static OAuth answer for /token; every answered request logged.
     public static func configuration(port: UInt16, directory: String, keepaliveRequests: Int = 1_000_000,
-                                     tlsProtocols: String = "TLSv1.2") -> String {
+                                     tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) -> String {
         """
         worker_processes 1;
         pid \(directory)/nginx.pid;
@@ -85,6 +86,7 @@ public final class Nginx: Sendable {
                 ssl_certificate \(directory)/server.pem;
                 ssl_certificate_key \(directory)/server.key;
                 ssl_protocols \(tlsProtocols);
+                ssl_session_tickets \(sessionTickets ? "on" : "off");
                 location = /token {
                     default_type application/json;
                     return 200 '{"access_token":"nginx-static-token","expires_in":3600,"token_type":"Bearer"}';
