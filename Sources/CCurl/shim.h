@@ -54,9 +54,10 @@ static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, 
    - libcurl caches the SSL_SESSION its connection uses. When that connection is freed without having sent a
      close_notify (libcurl 7.88 closes a connection the server has ended without one), OpenSSL marks the session
      not resumable, and the next connection offers a dead session: a full handshake every time. So libcurl's
-     new-session callback (already set on the context) is handed a copy of each new session, and of a resumed one,
-     that no connection uses: what ends a connection no longer spoils what the next one resumes.
-   Every handshake is counted, full or resumed. */
+     new-session callback (already set on the context) is handed a copy of each new session, and of a resumed TLS 1.2
+     one, that no connection uses: what ends a connection no longer spoils what the next one resumes. (A resumed
+     TLS 1.3 session is single-use: the tickets that follow the handshake replace it.)
+   Every connection's handshake is counted, full or resumed; a TLS 1.2 renegotiation is not a new one. */
 #include <openssl/ssl.h>
 typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);
 
@@ -78,7 +79,7 @@ static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
 }
 static void mw_tls_info(const SSL *ssl, int where, int ret) {
     (void)ret;
-    if (!(where & SSL_CB_HANDSHAKE_DONE)) return;
+    if (!(where & SSL_CB_HANDSHAKE_DONE) || SSL_num_renegotiations((SSL *)ssl) > 0) return;
     mw_tls_state *state = (mw_tls_state *)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     if (!SSL_session_reused((SSL *)ssl)) {
         if (state) __atomic_fetch_add(&state->full_handshakes, 1, __ATOMIC_RELAXED);

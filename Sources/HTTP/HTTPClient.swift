@@ -71,12 +71,15 @@ public final class HTTPClient: Sendable {
         } else {
             caBundlePath = nil
         }
-        tls = TLSState()
         guard let sharedSessions = curl_share_init() else { throw HTTPError(.invalidRequest, "curl_share_init failed") }
+        guard mw_share_setopt_long(sharedSessions, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_SSL_SESSION.rawValue)) == CURLSHE_OK,
+              let raw = curl_multi_init() else {
+            curl_share_cleanup(sharedSessions)
+            throw HTTPError(.invalidRequest, "curl_multi_init or sharing TLS sessions failed")
+        }
         share = ShareHandle(raw: sharedSessions)
-        _ = mw_share_setopt_long(sharedSessions, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_SSL_SESSION.rawValue))
-        guard let raw = curl_multi_init() else { throw HTTPError(.invalidRequest, "curl_multi_init failed") }
         multi = MultiHandle(raw: raw)
+        tls = TLSState()
         _ = mw_multi_setopt_long(raw, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
         _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maxStreamsPerConnection)
         // PIPEWAIT makes transfers wait for the first connection's ALPN: on HTTP/2 they multiplex
@@ -95,7 +98,8 @@ public final class HTTPClient: Sendable {
         curl_multi_cleanup(multi.raw)
         // After the driver thread is joined: its easy handles, the share's users, are gone; and the multi handle's
         // cleanup has closed every connection, so no TLS context points at `tls` any more.
-        curl_share_cleanup(share.raw)
+        let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
+        assert(shareReleased, "an easy handle outlived the HTTP client's driver")
         tls.raw.deallocate()
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
