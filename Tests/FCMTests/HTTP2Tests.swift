@@ -76,6 +76,24 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened >= 20)
     }
 
+    /// 1,000 sends under GOAWAY every 50 requests (20+ connections), all answered: nginx's view of each connection
+    /// (resumed or not, by its serial number), the client's handshake counts, and what the metric says after a scrape.
+    static func handshakesUnderGoaway(tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) async throws
+        -> (nginx: [String: Bool], client: TLSHandshakes, metric: TLSHandshakes?) {
+        let metrics = MetricsRegistry()
+        let (nginx, sender, _) = try rig(keepaliveRequests: 50, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets,
+                                         metrics: metrics)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await sendThousand(sender)
+        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { sendsLogged(nginx) >= 1000 }
+        _ = metrics.render()
+        let metric = metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]).flatMap { full in
+            metrics.value("fcm_tls_handshakes_total", labels: ["session": "resumed"]).map { TLSHandshakes(full: Int(full), resumed: Int($0)) }
+        }
+        return (nginx.connectionsResumed, sender.http.tlsHandshakes, metric)
+    }
+
     /// Every connection opened after the first resumes a TLS session (no certificate sent, signed or verified again),
     /// over TLS 1.2 (by ticket: nginx keeps no session cache) and TLS 1.3 (FCM's), whichever of the client's easy
     /// handles opens it. Before, none did: libcurl 7.88 asks for no TLS 1.2 ticket, keeps sessions per easy handle,
@@ -83,24 +101,15 @@ struct HTTP2Tests {
     /// connection without a close_notify.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
     func connectionsAfterAGoaway_resumeTheTLSSession(tlsProtocol: String) async throws {
-        let metrics = MetricsRegistry()
-        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, tlsProtocols: tlsProtocol, metrics: metrics)
-        defer { nginx.stop(); sender.shutdown() }
-        let outcomes = await Self.sendThousand(sender)
-        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
-        try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { Self.sendsLogged(nginx) >= 1000 }
-        let connections = nginx.connectionsResumed
+        let (connections, counted, metric) = try await Self.handshakesUnderGoaway(tlsProtocols: tlsProtocol)
         let full = connections.values.filter { !$0 }.count
         #expect(connections.count >= 20, "\(connections.count) connections")
         // The first connection (the token's and the first sends') cannot resume; one more may open before its session
         // ticket has been read.
         #expect(full <= 2, "\(full) of \(connections.count) connections made a full handshake")
         // The client counts what nginx saw, and the metric says it.
-        let counted = sender.http.tlsHandshakes
         #expect(counted == TLSHandshakes(full: full, resumed: connections.count - full), "nginx: \(full) full of \(connections.count)")
-        _ = metrics.render()
-        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]) == Double(counted.full))
-        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "resumed"]) == Double(counted.resumed))
+        #expect(metric == counted)
     }
 
     /// A server that resumes nothing (TLS 1.2 without tickets, and nginx keeps no session cache): every connection
@@ -108,19 +117,11 @@ struct HTTP2Tests {
     /// operator reads for a proxy that refuses sessions.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func aServerThatResumesNothing_everyHandshakeCountsAsFull() async throws {
-        let metrics = MetricsRegistry()
-        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50, sessionTickets: false, metrics: metrics)
-        defer { nginx.stop(); sender.shutdown() }
-        let outcomes = await Self.sendThousand(sender)
-        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
-        try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { Self.sendsLogged(nginx) >= 1000 }
-        let connections = nginx.connectionsResumed
+        let (connections, counted, metric) = try await Self.handshakesUnderGoaway(sessionTickets: false)
         #expect(connections.count >= 20, "\(connections.count) connections")
         #expect(connections.values.allSatisfy { !$0 })
-        #expect(sender.http.tlsHandshakes == TLSHandshakes(full: connections.count, resumed: 0))
-        _ = metrics.render()
-        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]) == Double(connections.count))
-        #expect(metrics.value("fcm_tls_handshakes_total", labels: ["session": "resumed"]) == 0)
+        #expect(counted == TLSHandshakes(full: connections.count, resumed: 0))
+        #expect(metric == counted)
     }
 
     /// GOAWAY after every 10 requests with 100 in flight: most streams are refused, again and again, so libcurl gives
