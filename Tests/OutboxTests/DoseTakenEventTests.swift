@@ -1,5 +1,5 @@
 import Foundation
-import Outbox
+@testable import Outbox
 import Testing
 
 @Suite("DOSE_TAKEN payload")
@@ -57,5 +57,91 @@ struct DoseTakenEventTests {
         } throws: { error in
             (error as? DoseTakenEvent.Invalid)?.reason == "payload.recordingGroupId is 201 characters; at most 200 are allowed"
         }
+    }
+}
+
+/// `DoseTakenEvent.parse` reads the usual payload in one pass and leaves anything else to the JSON parser; on every
+/// input the two readings must agree: the same event, or the same refusal with the same text.
+@Suite("DOSE_TAKEN payload: the one-pass scan agrees with the JSON parser")
+struct DoseTakenEventScanTests {
+    /// PostgreSQL's text of a jsonb payload (`payload::text`, as the claim reads it), and other spellings.
+    static let usual = [
+        #"{"date": "2026-02-11", "slot": "morning", "isPrn": false, "takenAt": "2026-02-11T08:03:27+09:00", "withinTime": true, "recordingGroupId": "group-uuid-1"}"#,
+        #"{"date": "2026-02-11", "slot": "noon", "isPrn": true, "takenAt": "2026-02-10T23:30:59Z", "withinTime": false, "recordingGroupId": null}"#,
+        #"{"date":"2026-02-11","slot":"bedtime","withinTime":true,"takenAt":"2026-02-11T08:03:27.250+09:00"}"#,
+        " \n{ \"date\" :\t\"2026-02-11\" ,\r\n \"slot\":\"evening\", \"withinTime\":true, \"takenAt\":\"2026-02-11T08:03:27Z\" } \n",
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "recordingGroupId": "患者-グループ"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "note": "extra", "flag": null}"#,
+    ]
+
+    /// Shapes the scan must leave to the parser, and refusals: escapes, numbers, nesting, repeated keys, keys outside
+    /// ASCII, wrong types, text that is not JSON.
+    static let unusual = [
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "recordingGroupId": "a\"b\\c\u00e9\ud83d\ude00"}"#,
+        #"{"d\u0061te": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "version": 2, "meta": {"a": [1, {"b": null}]}}"#,
+        #"{"date": "2026-02-11", "date": "2026-02-12", "slot": "noon", "slot": "morning", "withinTime": false, "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"dáte": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": 20260211, "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": ["morning"], "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": "true", "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": 1, "isPrn": {}, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "isPrn": "no", "takenAt": "2026-02-11T08:03:27Z"}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "recordingGroupId": ""}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z", "recordingGroupId": false}"#,
+        #"{"date": null, "slot": "morning", "withinTime": null, "takenAt": "2026-02-11T08:03:27Z"}"#,
+        "{\"date\": \"2026-02-11\", \"slot\": \"morning\", \"withinTime\": true, \"takenAt\": \"2026-02-11T08:03:27Z\", \"recordingGroupId\": \"tab\there\"}",
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z"} {}"#,
+        #"{"date": "2026-02-11", "slot": "morning", "withinTime": true, "takenAt": "2026-02-11T08:03:27Z",}"#,
+        #"{"date": "2026-02-11" "slot": "morning"}"#,
+        #"{"date": tru, "slot": "morning"}"#,
+        #"{}"#, #"{ }"#, #"[]"#, #""text""#, "null", "true", "", " ", "{", "}", #"{"date""#, #"{"date":}"#,
+    ]
+
+    @Test func usualPayloads_areScanned_andReadAsTheParserReadsThem() {
+        for payload in Self.usual {
+            #expect(DoseTakenEvent.isScanned(payload), "not scanned: \(payload)")
+            expectSameReading(payload)
+        }
+    }
+
+    @Test func unusualPayloads_readAsTheParserReadsThem() {
+        for payload in Self.unusual { expectSameReading(payload) }
+        // What must go to the parser does.
+        #expect(!DoseTakenEvent.isScanned(Self.unusual[0]) && !DoseTakenEvent.isScanned(Self.unusual[1]) && !DoseTakenEvent.isScanned(Self.unusual[2]))
+    }
+
+    /// Every prefix of every payload (a truncated row), and each with a byte changed, dropped or doubled at every
+    /// position (a deterministic sweep over the bytes that steer a JSON reader).
+    @Test func truncatedAndMutatedPayloads_readAsTheParserReadsThem() {
+        let steering = Array(#"{}[]":,\ tfnu0"#.utf8) + [0x0A, 0xC3]
+        var checked = 0
+        for payload in Self.usual + Self.unusual.prefix(4) {
+            let bytes = Array(payload.utf8)
+            for end in 0..<bytes.count {
+                expectSameReading(String(decoding: bytes[..<end], as: UTF8.self)); checked += 1
+            }
+            for position in bytes.indices {
+                var dropped = bytes; dropped.remove(at: position)
+                var doubled = bytes; doubled.insert(bytes[position], at: position)
+                expectSameReading(String(decoding: dropped, as: UTF8.self))
+                expectSameReading(String(decoding: doubled, as: UTF8.self))
+                let replacement = steering[(position * 7 + bytes.count) % steering.count]
+                var changed = bytes; changed[position] = replacement
+                expectSameReading(String(decoding: changed, as: UTF8.self))
+                checked += 3
+            }
+        }
+        #expect(checked > 5_000)
+    }
+
+    private func expectSameReading(_ payload: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let scanned = Result { () throws(DoseTakenEvent.Invalid) in
+            try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload, scanning: true)
+        }
+        let parsed = Result { () throws(DoseTakenEvent.Invalid) in
+            try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload, scanning: false)
+        }
+        #expect(scanned == parsed, "payload: \(payload)", sourceLocation: sourceLocation)
     }
 }
