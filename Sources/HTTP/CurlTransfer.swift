@@ -223,7 +223,11 @@ final class CurlTransfer {
     func finish(_ code: CURLcode) -> Result<HTTPResponse, HTTPError> {
         guard code == CURLE_OK else {
             let detail = String(cString: errorBuffer)
-            let message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            var message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            // libcurl names the address it could not reach; when that is the proxy's, say so (and where it was set).
+            if let url, let proxy = ProxySettings.process.source(for: url), proxy.isNamed(in: message) {
+                message += " (the proxy, from \(proxy.variable))"
+            }
             if code == CURLE_OPERATION_TIMEDOUT, neverLeftTheQueue {
                 return .failure(HTTPError(.queued, "no connection free for the request before its deadline (nothing sent): \(message)"))
             }

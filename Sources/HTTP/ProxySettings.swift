@@ -8,23 +8,53 @@ import Glibc
 /// uprobe over `scripts/bench-sender`). Given explicitly (`CURLOPT_PROXY`, "" for none, and `CURLOPT_NOPROXY`),
 /// it reads none; an operator's proxy still applies, as it would have, from the environment the daemon started with.
 struct ProxySettings: Equatable {
-    var byScheme: [String: String]
-    var fallback: String
+    /// A proxy URL and the variable it came from (for messages).
+    struct Proxy: Equatable {
+        var url: String
+        var variable: String
+
+        /// Whether libcurl's message names this proxy's address ("Failed to connect to squid port 3128 after …").
+        func isNamed(in message: String) -> Bool {
+            var rest = Substring(url)
+            if let scheme = rest.firstRange(of: "://") { rest = rest[scheme.upperBound...] }
+            if let at = rest.firstIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+            if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
+            var host = rest, port: Substring?
+            if let close = rest.lastIndex(of: "]") {
+                host = rest[...close]
+                if rest[close...].count > 1 { port = rest[rest.index(close, offsetBy: 2)...] }
+            } else if let colon = rest.lastIndex(of: ":") {
+                host = rest[..<colon]
+                port = rest[rest.index(after: colon)...]
+            }
+            let hostName = host.hasPrefix("[") ? host.dropFirst().dropLast() : host
+            guard !hostName.isEmpty else { return false }
+            return message.contains("to \(hostName) port \(port.map { "\($0) " } ?? "")")
+        }
+    }
+
+    var byScheme: [String: Proxy]
+    var fallback: Proxy?
     var noProxy: String
 
     init(environment: [String: String]) {
-        func first(_ names: String...) -> String? { names.lazy.compactMap { environment[$0] }.first { !$0.isEmpty } }
+        func first(_ names: String...) -> Proxy? {
+            names.lazy.compactMap { name in environment[name].flatMap { $0.isEmpty ? nil : Proxy(url: $0, variable: name) } }.first
+        }
         byScheme = [:]
         for scheme in ["http", "https"] {
             let value = scheme == "http" ? first("http_proxy") : first("\(scheme)_proxy", "\(scheme.uppercased())_PROXY")
             if let value { byScheme[scheme] = value }
         }
-        fallback = first("all_proxy", "ALL_PROXY") ?? ""
-        noProxy = first("no_proxy", "NO_PROXY") ?? ""
+        fallback = first("all_proxy", "ALL_PROXY")
+        noProxy = (first("no_proxy", "NO_PROXY")?.url) ?? ""
     }
 
     /// The proxy for `url` ("" for none).
-    func proxy(for url: String) -> String {
+    func proxy(for url: String) -> String { source(for: url)?.url ?? "" }
+
+    /// The proxy for `url` and its variable; nil for none. (`NO_PROXY` is libcurl's to apply.)
+    func source(for url: String) -> Proxy? {
         guard let colon = url.firstIndex(of: ":") else { return fallback }
         return byScheme[url[..<colon].lowercased()] ?? fallback
     }

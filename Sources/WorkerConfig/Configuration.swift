@@ -76,6 +76,11 @@ public struct Configuration: Sendable {
     public var deliveryRetention: Duration
     public var logLevel: LogLevel
     public var shutdownTimeout: Duration
+    /// The proxy for outbound HTTPS and the variable it came from (nil: direct); the HTTP client reads the same
+    /// variables itself, so this is what `check-config` shows and what was checked.
+    public var httpsProxy: (variable: String, url: String)? = nil
+    /// `NO_PROXY` (or `no_proxy`): hosts reached directly (libcurl's rules).
+    public var noProxy: String? = nil
 
     /// Reads the configuration from environment variables; throws every problem found, not only the first.
     public static func load(from environment: [String: String]) throws(ConfigurationErrors) -> Configuration {
@@ -116,8 +121,10 @@ public struct Configuration: Sendable {
         let shutdownTimeout = reader.duration("SHUTDOWN_TIMEOUT", default: Defaults.shutdownTimeout)
         let logLevel = reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
         let appStore = reader.appStore(credentials: credentials)
+        let httpsProxy = reader.httpsProxy()
+        let noProxy = ["no_proxy", "NO_PROXY"].lazy.compactMap { environment[$0] }.first { !$0.isEmpty }
 
-        let configuration = Configuration(
+        var configuration = Configuration(
             databaseURL: databaseURL, databaseListenURL: databaseListenURL, databaseStatementTimeout: statementTimeout,
             fcmServiceAccountFile: serviceAccount, fcmBaseURL: fcmBaseURL, fcmMaxSendsPerSecond: fcmMaxSends, tlsCAFile: tlsCAFile,
             healthHost: health.host, healthPort: health.port, batchSize: batchSize, maxInFlight: maxInFlight,
@@ -125,6 +132,8 @@ public struct Configuration: Sendable {
             eventMaxAge: eventMaxAge, appStore: appStore, entitlementRecheckInterval: recheck,
             outboxRetention: outboxRetention, deliveryRetention: deliveryRetention, logLevel: logLevel,
             shutdownTimeout: shutdownTimeout)
+        configuration.httpsProxy = httpsProxy
+        configuration.noProxy = noProxy
         return (configuration, reader.errors)
     }
 
@@ -168,6 +177,8 @@ public struct Configuration: Sendable {
             ("DELIVERY_RETENTION", ValueParsing.format(deliveryRetention)),
             ("LOG_LEVEL", logLevel.name),
             ("SHUTDOWN_TIMEOUT", ValueParsing.format(shutdownTimeout)),
+            ("HTTPS_PROXY", httpsProxy.map { "\(ValueParsing.redactConninfo($0.url)) (from \($0.variable))" } ?? "(none: direct)"),
+            ("NO_PROXY", noProxy ?? "(none)"),
         ]
         return lines.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
     }

@@ -53,6 +53,19 @@ final class EnvironmentReader {
         return value
     }
 
+    /// The proxy for outbound HTTPS as libcurl picks it (`https_proxy`, `HTTPS_PROXY`, then `all_proxy`,
+    /// `ALL_PROXY`; the first set and not empty), checked here because libcurl would only fail every request with it.
+    /// nil when none is set (or the one set is bad: recorded under its own name).
+    func httpsProxy() -> (variable: String, url: String)? {
+        guard let variable = ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"].first(where: { !(environment[$0] ?? "").isEmpty }),
+              let text = environment[variable] else { return nil }
+        if let problem = ValueParsing.proxyProblem(text) {
+            fail(variable, "\(problem), got \"\(ValueParsing.redactConninfo(text))\"")
+            return nil
+        }
+        return (variable, text)
+    }
+
     func duration(_ name: String, default fallback: Duration) -> Duration {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.duration(text), value > .zero else {

@@ -55,6 +55,49 @@ public enum ValueParsing {
         return text.hasSuffix("/") ? String(text.dropLast()) : text
     }
 
+    /// What is wrong with a proxy URL as libcurl reads it (`[scheme://][user:password@]host[:port][/]`, the schemes
+    /// libcurl speaks), or nil when nothing is.
+    public static func proxyProblem(_ text: String) -> String? {
+        let schemes = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+        let form = "must be a proxy URL such as http://host:port ([scheme://][user:password@]host[:port])"
+        var rest = Substring(text)
+        if let separator = rest.firstRange(of: "://") {
+            let scheme = rest[..<separator.lowerBound].lowercased()
+            guard schemes.contains(scheme) else {
+                return "names the scheme \"\(scheme.prefix(16))\", which libcurl does not speak to a proxy (it speaks \(schemes.map { $0 + "://" }.joined(separator: ", ")))"
+            }
+            rest = rest[separator.upperBound...]
+        }
+        if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+        if rest.hasSuffix("/") { rest = rest.dropLast() }
+        let host: Substring
+        var port: Substring?
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else { return form }
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            let after = rest[rest.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { return form }
+                port = after.dropFirst()
+            }
+            guard !host.isEmpty, host.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { return form }
+        } else {
+            if let colon = rest.firstIndex(of: ":") {
+                host = rest[..<colon]
+                port = rest[rest.index(after: colon)...]
+            } else {
+                host = rest
+            }
+            guard !host.isEmpty, host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-" || $0 == "_") }) else {
+                return form
+            }
+        }
+        if let port {
+            guard let number = integer(String(port)), (1...65_535).contains(number) else { return form }
+        }
+        return nil
+    }
+
     /// Renders a duration the way the settings are written (`24h`, `90s`, `250ms`).
     public static func format(_ duration: Duration) -> String {
         let millis = duration.wholeMilliseconds

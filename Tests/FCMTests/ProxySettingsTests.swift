@@ -25,4 +25,18 @@ struct ProxySettingsTests {
         #expect(settings.noProxy == "*")
         #expect(ProxySettings(environment: ["https_proxy": "http://lower:1", "HTTPS_PROXY": "http://upper:2"]).proxy(for: "HTTPS://x/") == "http://lower:1")
     }
+
+    /// A failure's message says when the address libcurl could not reach was the proxy's (and where it was set).
+    @Test func proxyAddress_isRecognisedInLibcurlsMessage() {
+        let settings = ProxySettings(environment: ["HTTPS_PROXY": "http://user:pw@squid.corp:3128", "ALL_PROXY": "socks5://[::1]:1080"])
+        let proxy = settings.source(for: "https://fcm.googleapis.com/v1/x")
+        #expect(proxy?.variable == "HTTPS_PROXY")
+        #expect(proxy?.isNamed(in: "Failed to connect to squid.corp port 3128 after 3 ms: Couldn't connect to server") == true)
+        #expect(proxy?.isNamed(in: "Failed to connect to fcm.googleapis.com port 443 after 3 ms: Couldn't connect to server") == false)
+        #expect(proxy?.isNamed(in: "Failed to connect to squid.corp port 31280 after 3 ms") == false)
+        let socks = settings.source(for: "http://127.0.0.1/x")
+        #expect(socks?.variable == "ALL_PROXY" && socks?.isNamed(in: "Failed to connect to ::1 port 1080 after 0 ms") == true)
+        let bare = ProxySettings(environment: ["https_proxy": "squid"]).source(for: "https://x/")
+        #expect(bare?.isNamed(in: "Failed to connect to squid port 1080 after 0 ms") == true)
+    }
 }

@@ -135,6 +135,60 @@ struct ConfigurationTests {
         #expect(!ValueParsing.redactConninfo("postgres://u:\u{301}secret@h/db").contains("secret"))
     }
 
+    /// The proxy for outbound HTTPS, in libcurl's order of variables; what `check-config` shows of it, the password
+    /// hidden.
+    @Test func httpsProxy_isReadInLibcurlsOrder_andShownWithoutItsPassword() throws {
+        var environment = try Self.baseEnvironment()
+        var text = try Configuration.load(from: environment).redactedDescription
+        #expect(text.contains("HTTPS_PROXY=(none: direct)") && text.contains("NO_PROXY=(none)"))
+
+        environment["ALL_PROXY"] = "socks5h://gw:1080"
+        environment["HTTPS_PROXY"] = "http://egress:s3cret@squid.internal:3128"
+        environment["NO_PROXY"] = "localhost,.internal"
+        var configuration = try Configuration.load(from: environment)
+        #expect(configuration.httpsProxy?.variable == "HTTPS_PROXY" && configuration.noProxy == "localhost,.internal")
+        text = configuration.redactedDescription
+        #expect(text.contains("HTTPS_PROXY=http://egress:***@squid.internal:3128 (from HTTPS_PROXY)"), "\(text)")
+        #expect(text.contains("NO_PROXY=localhost,.internal") && !text.contains("s3cret"))
+
+        environment["https_proxy"] = "squid2:8080"
+        configuration = try Configuration.load(from: environment)
+        #expect(configuration.httpsProxy?.variable == "https_proxy" && configuration.httpsProxy?.url == "squid2:8080")
+        environment["https_proxy"] = nil
+        environment["HTTPS_PROXY"] = nil
+        #expect(try Configuration.load(from: environment).httpsProxy?.variable == "ALL_PROXY")
+    }
+
+    /// libcurl would fail every send with a proxy it cannot use; the daemon refuses to start instead, naming the
+    /// variable, without echoing a password.
+    @Test(arguments: [
+        ("HTTPS_PROXY", "ftp://squid:3128", "names the scheme \"ftp\""),
+        ("https_proxy", "http://user:s3cret@squid:99999", "must be a proxy URL"),
+        ("ALL_PROXY", "http://squid:3128/path", "must be a proxy URL"),
+        ("HTTPS_PROXY", "http://", "must be a proxy URL"),
+        ("HTTPS_PROXY", "http://sq uid:3128", "must be a proxy URL"),
+        ("HTTPS_PROXY", "http://[::1:3128", "must be a proxy URL"),
+    ])
+    func badProxy_isAConfigurationErrorNamingTheVariable(variable: String, value: String, problem: String) throws {
+        var environment = try Self.baseEnvironment()
+        environment[variable] = value
+        #expect {
+            try Configuration.load(from: environment)
+        } throws: { error in
+            guard let errors = error as? ConfigurationErrors, errors.errors.count == 1 else { return false }
+            return errors.errors[0].variable == variable && errors.errors[0].problem.contains(problem)
+                && !errors.errors[0].problem.contains("s3cret")
+        }
+    }
+
+    @Test(arguments: ["squid:3128", "http://squid.internal:3128", "HTTPS://squid:443/", "socks5h://gw", "http://u:p@[::1]:3128",
+                      "http://10.0.0.7:3128", "socks4a://gw_1.corp:1080"])
+    func goodProxy_isAccepted(value: String) throws {
+        var environment = try Self.baseEnvironment()
+        environment["HTTPS_PROXY"] = value
+        #expect(try Configuration.load(from: environment).httpsProxy?.url == value)
+    }
+
     @Test func appStore_allSettingsTogetherEnableIt() throws {
         var environment = try Self.baseEnvironment()
         let key = try TestBinaries.temporaryFile("key", suffix: ".p8")

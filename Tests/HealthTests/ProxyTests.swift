@@ -1,0 +1,102 @@
+import FCMEmulator
+import Foundation
+import HTTP
+import Postgres
+import Testing
+import TestSupport
+
+/// An operator's egress proxy, as the daemon reads it from its environment (`HTTPS_PROXY`, `NO_PROXY`): the real
+/// binary, tinyproxy as the proxy, the emulator (OAuth and FCM over TLS) behind it.
+@Suite("Egress proxy", .serialized)
+struct ProxyTests {
+    static let token = "fcm-token-proxy-" + String(repeating: "P", count: 24)
+
+    static func seed(_ db: PostgresClient) async throws {
+        try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Proxy')"#)
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', $1)"#, [.text(token)])
+    }
+
+    static func enqueue(_ db: PostgresClient) async throws {
+        try await db.query(#"""
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-proxy","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+            """#)
+    }
+
+    /// `HTTPS_PROXY=http://…`: the token request and the send both go through the proxy's CONNECT tunnel, TLS to the
+    /// emulator verified end to end, and nothing goes around it.
+    @Test func httpsProxy_theTokenAndTheSendGoThroughItsTunnel() async throws {
+        guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            try await Self.seed(db)
+            let proxy = try Tinyproxy()
+            defer { proxy.stop() }
+            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": proxy.url])
+            defer { _ = rig.terminate() }
+            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+            try await Self.enqueue(db)
+            try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
+                try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            }
+            #expect(rig.emulator.receivedMessages.map(\.token) == [Self.token])
+            let emulator = String(rig.emulator.baseURL.dropFirst("https://".count))
+            let tunnels = proxy.tunnels
+            #expect(!tunnels.isEmpty && tunnels.allSatisfy { $0 == emulator }, "tunnels: \(tunnels), emulator at \(emulator)")
+            #expect(rig.terminate() == 0)
+        }
+    }
+
+    /// `NO_PROXY` names the emulator's host: the daemon goes direct, and the proxy (up, and usable) is never asked.
+    @Test func noProxy_hostsGoDirect() async throws {
+        guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            try await Self.seed(db)
+            let proxy = try Tinyproxy()
+            defer { proxy.stop() }
+            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
+            defer { _ = rig.terminate() }
+            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+            try await Self.enqueue(db)
+            try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
+                try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            }
+            #expect(rig.emulator.receivedMessages.map(\.token) == [Self.token])
+            #expect(proxy.tunnels.isEmpty, "tunnels: \(proxy.tunnels)")
+            #expect(rig.terminate() == 0)
+        }
+    }
+
+    /// The proxy is down: nothing can be sent. The event waits (no device disabled, nothing dead) and the operator
+    /// is told what to look at.
+    @Test func proxyDown_eventsWait_andTheOperatorIsToldWhy() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            try await Self.seed(db)
+            let closed = Nginx.freePort()
+            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": "http://127.0.0.1:\(closed)"])
+            defer { _ = rig.terminate() }
+            let startup = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+            try await Self.enqueue(db)
+            #expect(startup.contains { $0.contains("READY=1") })
+            // The token request cannot reach the proxy: credentials not ready, naming the proxy; sending paused.
+            try await eventually("/readyz names the proxy", timeout: .seconds(10), every: .milliseconds(200)) {
+                let readyz = try await rig.get("/readyz")
+                let body = String(decoding: readyz.body, as: UTF8.self)
+                return readyz.status == 503 && body.contains(#""fcm_credentials":"down: "#)
+                    && body.contains("port \(closed)") && body.contains("(the proxy, from HTTPS_PROXY)")
+            }
+            try await Task.sleep(for: .seconds(2))
+            // Nothing is lost or blamed on the device: the delivery waits, the device stays enabled.
+            let rows = try await db.query(#"SELECT o.status AS event, d.status AS delivery, d."lastError" AS error, v."isEnabled" AS enabled FROM "PushOutbox" o, "PushDelivery" d, "PushDevice" v"#)
+            #expect(rows.count == 1)
+            #expect(try rows[0]["event"].string() == "PENDING" && rows[0]["delivery"].string() == "PENDING")
+            #expect(try rows[0]["error"].string() == "OAUTH_TOKEN_UNAVAILABLE" && rows[0]["enabled"].bool())
+            #expect(rig.log.contains("(the proxy, from HTTPS_PROXY)"))
+            #expect(rig.emulator.receivedMessages.isEmpty)
+            #expect(rig.terminate() == 0)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+
+/// Debian's tinyproxy as an operator's egress proxy (`HTTPS_PROXY=http://…`: HTTP CONNECT, TLS end to end through
+/// the tunnel), on a loopback port.
+public final class Tinyproxy: Sendable {
+    public let port: UInt16
+    public let directory: String
+    private let process = Process()
+
+    public static var binary: String? {
+        ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    public init() throws {
+        guard let binary = Self.binary else { throw TestSupportError("tinyproxy is not installed") }
+        port = Nginx.freePort()
+        directory = NSTemporaryDirectory() + "mw-tinyproxy-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // No ConnectPort line: CONNECT to any port (the stand-ins listen on random ones).
+        try """
+            Port \(port)
+            Listen 127.0.0.1
+            Timeout 60
+            MaxClients 50
+            Allow 127.0.0.1
+            LogFile "\(directory)/tinyproxy.log"
+            LogLevel Connect
+            PidFile "\(directory)/tinyproxy.pid"
+            """.write(toFile: "\(directory)/tinyproxy.conf", atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["-d", "-c", "\(directory)/tinyproxy.conf"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<100 {
+            if Nginx.canConnect(port) { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw TestSupportError("tinyproxy did not start; see \(directory)/tinyproxy.log")
+    }
+
+    deinit { stop() }
+
+    /// SIGKILL: tinyproxy keeps the signal mask it starts with, and a test thread's blocks SIGTERM.
+    public func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    /// The `host:port` of every CONNECT the proxy was asked for, in order.
+    public var tunnels: [String] {
+        let log = (try? String(contentsOfFile: "\(directory)/tinyproxy.log", encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").compactMap { line in
+            guard let range = line.range(of: "): CONNECT ") else { return nil }
+            return line[range.upperBound...].split(separator: " ").first.map(String.init)
+        }
+    }
+}
