@@ -24,27 +24,35 @@ struct ProxyTests {
             """#)
     }
 
+    /// Starts the daemon with `environment` added, enqueues one event, and returns once it is DONE and the emulator
+    /// has its push (the daemon stopped, with status 0). Returns the emulator's `host:port`.
+    @discardableResult
+    static func deliverOne(_ conninfo: String, environment: [String: String]) async throws -> String {
+        let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+        try await seed(db)
+        let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: environment)
+        defer { _ = rig.terminate() }
+        #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+        try await enqueue(db)
+        try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
+            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+        }
+        #expect(rig.emulator.receivedMessages.map(\.token) == [token])
+        #expect(rig.terminate() == 0)
+        return String(rig.emulator.baseURL.dropFirst("https://".count))
+    }
+
     /// `HTTPS_PROXY=http://…`: the token request and the send both go through the proxy's CONNECT tunnel, TLS to the
     /// emulator verified end to end, and nothing goes around it.
     @Test func httpsProxy_theTokenAndTheSendGoThroughItsTunnel() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
-            try await Self.seed(db)
             let proxy = try Tinyproxy()
             defer { proxy.stop() }
-            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": proxy.url])
-            defer { _ = rig.terminate() }
-            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
-            try await Self.enqueue(db)
-            try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
-                try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
-            }
-            #expect(rig.emulator.receivedMessages.map(\.token) == [Self.token])
-            let emulator = String(rig.emulator.baseURL.dropFirst("https://".count))
+            let emulator = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": proxy.url])
+            // Every tunnel went to the emulator (it serves the token endpoint and FCM on one port).
             let tunnels = proxy.tunnels
             #expect(!tunnels.isEmpty && tunnels.allSatisfy { $0 == emulator }, "tunnels: \(tunnels), emulator at \(emulator)")
-            #expect(rig.terminate() == 0)
         }
     }
 
@@ -52,20 +60,10 @@ struct ProxyTests {
     @Test func noProxy_hostsGoDirect() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
-            try await Self.seed(db)
             let proxy = try Tinyproxy()
             defer { proxy.stop() }
-            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
-            defer { _ = rig.terminate() }
-            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
-            try await Self.enqueue(db)
-            try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
-                try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
-            }
-            #expect(rig.emulator.receivedMessages.map(\.token) == [Self.token])
+            try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
             #expect(proxy.tunnels.isEmpty, "tunnels: \(proxy.tunnels)")
-            #expect(rig.terminate() == 0)
         }
     }
 

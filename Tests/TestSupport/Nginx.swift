@@ -24,17 +24,23 @@ public final class Nginx: Sendable {
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
         try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests,
                                tlsProtocols: tlsProtocols, sessionTickets: sessionTickets).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+        try Self.launch(process, binary: binary, arguments: ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"],
+                        port: port, failure: "nginx did not start; see \(directory)/logs/error.log")
+    }
+
+    /// Starts a stand-in server in the background, its output discarded, and returns once `port` accepts
+    /// connections (within 5 s).
+    static func launch(_ process: Process, binary: String, arguments: [String], port: UInt16, failure: String) throws {
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
+        process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        // Ready when the port accepts connections.
         for _ in 0..<100 {
-            if Self.canConnect(port) { return }
+            if canConnect(port) { return }
             Thread.sleep(forTimeInterval: 0.05)
         }
-        throw TestSupportError("nginx did not start; see \(directory)/logs/error.log")
+        throw TestSupportError(failure)
     }
 
     deinit { stop() }

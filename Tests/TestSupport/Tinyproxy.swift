@@ -27,16 +27,8 @@ public final class Tinyproxy: Sendable {
             LogLevel Connect
             PidFile "\(directory)/tinyproxy.pid"
             """.write(toFile: "\(directory)/tinyproxy.conf", atomically: true, encoding: .utf8)
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["-d", "-c", "\(directory)/tinyproxy.conf"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        for _ in 0..<100 {
-            if Nginx.canConnect(port) { return }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        throw TestSupportError("tinyproxy did not start; see \(directory)/tinyproxy.log")
+        try Nginx.launch(process, binary: binary, arguments: ["-d", "-c", "\(directory)/tinyproxy.conf"], port: port,
+                         failure: "tinyproxy did not start; see \(directory)/tinyproxy.log")
     }
 
     deinit { stop() }
