@@ -64,6 +64,7 @@ struct Supervisor {
         logger.notice("medication-worker ready", metadata: [
             "version": WorkerApp.version, "health.addr": "\(configuration.healthHost):\(configuration.healthPort)",
             "app_store": parts.appStore == nil ? "disabled" : "enabled",
+            "https.proxy": configuration.httpsProxy.map { "\(ValueParsing.redactConninfo($0.url)) (\($0.variable))" } ?? "none",
             "listen.via": "\(listenMode)",
             "listen.note": configuration.databaseListenURL == nil
                 ? "notifications need a direct connection; behind a transaction pooler set DATABASE_LISTEN_URL (the poll delivers meanwhile)"

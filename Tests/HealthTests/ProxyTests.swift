@@ -25,9 +25,9 @@ struct ProxyTests {
     }
 
     /// Starts the daemon with `environment` added, enqueues one event, and returns once it is DONE and the emulator
-    /// has its push (the daemon stopped, with status 0). Returns the emulator's `host:port`.
+    /// has its push (the daemon stopped, with status 0). Returns the emulator's `host:port` and the daemon's log.
     @discardableResult
-    static func deliverOne(_ conninfo: String, environment: [String: String]) async throws -> String {
+    static func deliverOne(_ conninfo: String, environment: [String: String]) async throws -> (emulator: String, log: String) {
         let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
         try await seed(db)
         let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: environment)
@@ -39,7 +39,7 @@ struct ProxyTests {
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == [token])
         #expect(rig.terminate() == 0)
-        return String(rig.emulator.baseURL.dropFirst("https://".count))
+        return (String(rig.emulator.baseURL.dropFirst("https://".count)), rig.log)
     }
 
     /// `HTTPS_PROXY=http://…`: the token request and the send both go through the proxy's CONNECT tunnel, TLS to the
@@ -49,7 +49,10 @@ struct ProxyTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let proxy = try Tinyproxy()
             defer { proxy.stop() }
-            let emulator = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": proxy.url])
+            // With a user and password (tinyproxy ignores them): the start is logged with the proxy, the password hidden.
+            let url = "http://egress:s3cret@127.0.0.1:\(proxy.port)"
+            let (emulator, log) = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": url])
+            #expect(log.contains("https.proxy=\"http://egress:***@127.0.0.1:\(proxy.port) (HTTPS_PROXY)\"") && !log.contains("s3cret"), "\(log)")
             // Every tunnel went to the emulator (it serves the token endpoint and FCM on one port).
             let tunnels = proxy.tunnels
             #expect(!tunnels.isEmpty && tunnels.allSatisfy { $0 == emulator }, "tunnels: \(tunnels), emulator at \(emulator)")
