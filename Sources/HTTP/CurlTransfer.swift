@@ -224,8 +224,10 @@ final class CurlTransfer {
         guard code == CURLE_OK else {
             let detail = String(cString: errorBuffer)
             var message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
-            // libcurl names the address it could not reach; when that is the proxy's, say so (and where it was set).
-            if let url, let proxy = ProxySettings.process.source(for: url), proxy.isNamed(in: message) {
+            // libcurl names the address it could not reach, or says the proxy refused the tunnel ("CONNECT tunnel
+            // failed, response 407"); when it is the proxy's doing, say so (and where the proxy was set).
+            if let url, let proxy = ProxySettings.process.source(for: url),
+               proxy.isNamed(in: message) || message.hasPrefix("CONNECT tunnel failed") {
                 message += " (the proxy, from \(proxy.variable))"
             }
             if code == CURLE_OPERATION_TIMEDOUT, neverLeftTheQueue {

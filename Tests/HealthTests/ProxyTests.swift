@@ -47,9 +47,9 @@ struct ProxyTests {
     @Test func httpsProxy_theTokenAndTheSendGoThroughItsTunnel() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let proxy = try Tinyproxy()
+            let proxy = try Tinyproxy(basicAuth: ("egress", "s3cret"))
             defer { proxy.stop() }
-            // With a user and password (tinyproxy ignores them): the start is logged with the proxy, the password hidden.
+            // The proxy requires its user and password: the start is logged with the proxy, the password hidden.
             let url = "http://egress:s3cret@127.0.0.1:\(proxy.port)"
             let (emulator, log) = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": url])
             #expect(log.contains("https.proxy=\"http://egress:***@127.0.0.1:\(proxy.port) (HTTPS_PROXY)\"") && !log.contains("s3cret"), "\(log)")
@@ -67,6 +67,34 @@ struct ProxyTests {
             defer { proxy.stop() }
             try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
             #expect(proxy.tunnels.isEmpty, "tunnels: \(proxy.tunnels)")
+        }
+    }
+
+    /// The proxy's password changed and `HTTPS_PROXY` still has the old one: the proxy refuses the tunnel. Nothing
+    /// is sent or blamed on a device, and `/readyz` says the proxy refused it.
+    @Test func proxyRefusingTheCredentials_isNamedAsTheProxy() async throws {
+        guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            try await Self.seed(db)
+            let proxy = try Tinyproxy(basicAuth: ("egress", "rotated"))
+            defer { proxy.stop() }
+            let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": "http://egress:s3cret@127.0.0.1:\(proxy.port)"])
+            defer { _ = rig.terminate() }
+            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+            try await Self.enqueue(db)
+            try await eventually("/readyz says the proxy refused the tunnel", timeout: .seconds(10), every: .milliseconds(200)) {
+                let readyz = try await rig.get("/readyz")
+                let body = String(decoding: readyz.body, as: UTF8.self)
+                return readyz.status == 503 && body.contains("CONNECT tunnel failed, response 401 (the proxy, from HTTPS_PROXY)")
+            }
+            try await eventually("the delivery waits for a token", timeout: .seconds(10), every: .milliseconds(200)) {
+                try await db.query(#"SELECT count(*) = 1 AS ok FROM "PushDelivery" WHERE status = 'PENDING' AND "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["ok"].bool()
+            }
+            #expect(try await db.query(#"SELECT bool_and("isEnabled") AS ok FROM "PushDevice""#)[0]["ok"].bool())
+            #expect(rig.emulator.receivedMessages.isEmpty)
+            #expect(!rig.log.contains("s3cret"))
+            #expect(rig.terminate() == 0)
         }
     }
 

@@ -11,7 +11,8 @@ public final class Tinyproxy: Sendable {
         ["/usr/bin/tinyproxy", "/usr/sbin/tinyproxy"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public init() throws {
+    /// `basicAuth`: the user and password the proxy requires (tinyproxy refuses a tunnel without them with 401).
+    public init(basicAuth: (user: String, password: String)? = nil) throws {
         guard let binary = Self.binary else { throw TestSupportError("tinyproxy is not installed") }
         port = Nginx.freePort()
         directory = NSTemporaryDirectory() + "mw-tinyproxy-\(UUID().uuidString.prefix(8))"
@@ -26,6 +27,7 @@ public final class Tinyproxy: Sendable {
             LogFile "\(directory)/tinyproxy.log"
             LogLevel Connect
             PidFile "\(directory)/tinyproxy.pid"
+            \(basicAuth.map { "BasicAuth \($0.user) \($0.password)" } ?? "")
             """.write(toFile: "\(directory)/tinyproxy.conf", atomically: true, encoding: .utf8)
         try Nginx.launch(process, binary: binary, arguments: ["-d", "-c", "\(directory)/tinyproxy.conf"], port: port,
                          failure: "tinyproxy did not start; see \(directory)/tinyproxy.log")
