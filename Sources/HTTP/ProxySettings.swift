@@ -17,7 +17,7 @@ struct ProxySettings: Equatable {
         func isNamed(in message: String) -> Bool {
             var rest = Substring(url)
             if let scheme = rest.firstRange(of: "://") { rest = rest[scheme.upperBound...] }
-            if let at = rest.firstIndex(of: "@") { rest = rest[rest.index(after: at)...] }
+            if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
             if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
             var host = rest, port: Substring?
             if let close = rest.lastIndex(of: "]") {
