@@ -45,8 +45,7 @@ final class CurlTransfer {
         // the CCurl shim), from the session cache the client's easy handles share.
         try check(mw_easy_tune_tls(easy, tls), "SSL_CTX_FUNCTION")
         try check(mw_easy_setopt_ptr(easy, CURLOPT_SHARE, share), "SHARE")
-        try check(TransferSockets.install(on: easy, userTimeoutMs: UInt32(clamping: configuration.stallTimeout.milliseconds),
-                                          coalesce: configuration.coalesceWrites), "SOCKOPTFUNCTION")
+        try check(TransferSockets.install(on: easy, tls: tls), "SOCKOPTFUNCTION")
     }
 
     deinit {

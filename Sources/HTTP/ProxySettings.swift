@@ -59,6 +59,11 @@ struct ProxySettings: Equatable {
         return byScheme[url[..<colon].lowercased()] ?? fallback
     }
 
+    /// Some proxy is reached over TLS (`https://`): a connection through it runs TLS inside TLS.
+    var hasTLSProxy: Bool {
+        (Array(byScheme.values) + [fallback].compactMap { $0 }).contains { $0.url.lowercased().hasPrefix("https://") }
+    }
+
     /// The environment this process started with.
     static let process: ProxySettings = {
         var environment: [String: String] = [:]

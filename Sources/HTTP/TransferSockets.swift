@@ -13,15 +13,13 @@ import Glibc
 /// each flush (`curl_multi_fdset`), never from a list of our own, so a descriptor libcurl closed
 /// and the kernel gave to someone else is never touched. A connection with no transfer left (its
 /// last frame an RST_STREAM or a WINDOW_UPDATE) is released by the kernel's cork limit (200 ms).
+/// Once a TLS connection's handshake is done, the client holds its records itself and sends them with one call per
+/// turn (`tls_io.h` in the CCurl shim); the cork still joins a plain-HTTP connection's frames.
 enum TransferSockets {
-    /// `select`'s limit: descriptors at or above it are invisible to `curl_multi_fdset`, so they are never corked.
-    static let fdSetSize: Int32 = 1024
-
-    /// Installs the socket-creation callback; `userTimeoutMs` (TCP_USER_TIMEOUT: data left unacknowledged
-    /// this long drops the connection) and `coalesce` travel in its pointer argument.
-    static func install(on easy: UnsafeMutableRawPointer, userTimeoutMs: UInt32, coalesce: Bool) -> CURLcode {
-        let bits = UInt(userTimeoutMs) << 1 | (coalesce ? 1 : 0)
-        return mw_easy_setopt_sockopt(easy, transferSocketCreated, UnsafeMutableRawPointer(bitPattern: bits))
+    /// Installs the socket-creation callback (`mw_socket_created` in the CCurl shim): TCP_USER_TIMEOUT and TCP_CORK as
+    /// `tls` says, and the socket remembered for its connection's TLS writes.
+    static func install(on easy: UnsafeMutableRawPointer, tls: UnsafeMutablePointer<mw_tls_state>) -> CURLcode {
+        mw_easy_setopt_sockopt(easy, tls)
     }
 
     /// Holds what is written to `fd` until the next `release` (or the kernel's 200 ms limit).
@@ -49,13 +47,4 @@ enum TransferSockets {
         var value = value
         _ = setsockopt(fd, Int32(IPPROTO_TCP), option, &value, socklen_t(MemoryLayout<UInt32>.size))
     }
-}
-
-/// CURLOPT_SOCKOPTFUNCTION: a new TCP socket, before it connects.
-private func transferSocketCreated(_ clientp: UnsafeMutableRawPointer?, _ fd: curl_socket_t, _ purpose: curlsocktype) -> Int32 {
-    let bits = UInt(bitPattern: clientp)
-    let userTimeoutMs = UInt32(truncatingIfNeeded: bits >> 1)
-    if userTimeoutMs > 0 { TransferSockets.setFlag(fd, TCP_USER_TIMEOUT, userTimeoutMs) }
-    if bits & 1 == 1, purpose == CURLSOCKTYPE_IPCXN, fd < TransferSockets.fdSetSize { TransferSockets.cork(fd) }
-    return Int32(CURL_SOCKOPT_OK)
 }

@@ -61,6 +61,51 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened == 1)
     }
 
+    /// Once a connection's handshake is done its records are the client's to write and read (`tls_io.h`): each turn's
+    /// records leave in one send per connection, and each record is read with one recv, a look at the socket serving
+    /// several. Over TLS 1.2 and TLS 1.3 (whose session tickets arrive after the handshake).
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
+    func thousandSends_recordsLeaveOneSendPerTurn_andAreReadOneRecvEach(tlsProtocol: String) async throws {
+        let (nginx, sender, _) = try Self.rig(tlsProtocols: tlsProtocol)
+        defer { nginx.stop(); sender.shutdown() }
+        let outcomes = await Self.sendThousand(sender)
+        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        let io = sender.http.tlsIO
+        #expect(io.connections >= 1)
+        #expect(io.connections == sender.http.connectionsOpened, "a connection kept libcurl's own writes: \(io)")
+        // Each send is a HEADERS and a DATA record.
+        #expect(io.recordsBuffered >= 2000, "\(io)")
+        #expect(io.sends * 4 <= io.recordsBuffered, "records left one send each: \(io)")
+        // Each answer is at least one record, each record one recv (OpenSSL alone: two, its header and its body).
+        #expect(io.receives >= 1000, "\(io)")
+        #expect(io.peeks < io.receives, "\(io)")
+    }
+
+    /// Twenty bodies of 60 KB at once on one connection, together far more than its buffer (64 KB): the buffer fills
+    /// and waits for the socket, and every byte arrives (nginx reads each body whole, and TLS would refuse a record
+    /// out of order). (Larger bodies are beyond this test: with nginx's early `return`, libcurl 7.88 waits for a
+    /// body's end that nginx no longer reads, with or without this buffering.)
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func largeBodies_fillTheBuffer_andEveryRequestIsAnswered() async throws {
+        let (nginx, sender, base) = try Self.rig()
+        defer { nginx.stop(); sender.shutdown() }
+        let body = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let statuses = await withTaskGroup(of: Int.self, returning: [Int].self) { group in
+            for _ in 0..<20 {
+                group.addTask {
+                    let request = HTTPRequest(method: "POST", url: base + "/v1/projects/p/messages:send", body: body)
+                    return (try? await sender.http.execute(request))?.status ?? -1
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses == Array(repeating: 200, count: 20))
+        let io = sender.http.tlsIO
+        #expect(io.connections >= 1)
+        #expect(io.recordsBuffered >= 20 * 60_000 / 16_384, "\(io)")
+        #expect(sender.http.connectionsOpened == 1)
+    }
+
     /// nginx sends GOAWAY after every 50 requests on a connection: under load every send still
     /// succeeds, and nginx answered each exactly once (nothing lost, nothing sent twice).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))

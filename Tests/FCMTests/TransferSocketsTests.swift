@@ -1,3 +1,4 @@
+import CCurl
 import Foundation
 @testable import HTTP
 import TestSupport
