@@ -22,6 +22,7 @@
    libcurl's BIO for both. Everything here runs on the driver thread (and in the client's teardown, after that thread
    is joined); the counts are read from any thread. */
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -127,22 +128,23 @@ static int mw_buffered_bio_destroy(BIO *bio) {
     return 1;
 }
 
-/* The method (made once, on the first connection; its type in `type`). */
+/* The methods, made once (the first connection of any client; clients' driver threads may race to it). Function-local
+   statics: Swift's importer emits a header's static functions, not its static variables. */
+typedef struct { BIO_METHOD *writes, *reads; int write_type; } mw_tls_bio_methods_made;
+static mw_tls_bio_methods_made *mw_tls_bio_methods_storage(void) {
+    static mw_tls_bio_methods_made storage;
+    return &storage;
+}
+static void mw_tls_make_bio_methods(void);
+static const mw_tls_bio_methods_made *mw_tls_bio_methods(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, mw_tls_make_bio_methods);
+    return mw_tls_bio_methods_storage();
+}
 static BIO_METHOD *mw_buffered_bio_method(int *type_out) {
-    static BIO_METHOD *method;
-    static int method_type;
-    if (!method) {
-        int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
-        BIO_METHOD *made = BIO_meth_new(type, "medication-worker buffered writes");
-        if (!made) return NULL;
-        BIO_meth_set_write(made, mw_buffered_bio_write);
-        BIO_meth_set_ctrl(made, mw_buffered_bio_ctrl);
-        BIO_meth_set_destroy(made, mw_buffered_bio_destroy);
-        method_type = type;
-        method = made;
-    }
-    *type_out = method_type;
-    return method;
+    const mw_tls_bio_methods_made *made = mw_tls_bio_methods();
+    *type_out = made->write_type;
+    return made->writes;
 }
 
 /* The read side: one recv() per record instead of OpenSSL's two (the 5-byte header, then the body).
@@ -271,17 +273,23 @@ static int mw_record_bio_destroy(BIO *bio) {
     return 1;
 }
 
-static BIO_METHOD *mw_record_bio_method(void) {
-    static BIO_METHOD *method;
-    if (!method) {
-        BIO_METHOD *made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "medication-worker record reads");
-        if (!made) return NULL;
-        BIO_meth_set_read(made, mw_record_bio_read);
-        BIO_meth_set_ctrl(made, mw_record_bio_ctrl);
-        BIO_meth_set_destroy(made, mw_record_bio_destroy);
-        method = made;
-    }
-    return method;
+static BIO_METHOD *mw_record_bio_method(void) { return mw_tls_bio_methods()->reads; }
+
+static void mw_tls_make_bio_methods(void) {
+    int write_type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK;
+    BIO_METHOD *writes = BIO_meth_new(write_type, "medication-worker buffered writes");
+    BIO_METHOD *reads = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "medication-worker record reads");
+    if (!writes || !reads) { BIO_meth_free(writes); BIO_meth_free(reads); return; }
+    BIO_meth_set_write(writes, mw_buffered_bio_write);
+    BIO_meth_set_ctrl(writes, mw_buffered_bio_ctrl);
+    BIO_meth_set_destroy(writes, mw_buffered_bio_destroy);
+    BIO_meth_set_read(reads, mw_record_bio_read);
+    BIO_meth_set_ctrl(reads, mw_record_bio_ctrl);
+    BIO_meth_set_destroy(reads, mw_record_bio_destroy);
+    mw_tls_bio_methods_made *made = mw_tls_bio_methods_storage();
+    made->write_type = write_type;
+    made->writes = writes;
+    made->reads = reads;
 }
 
 /* CURLOPT_SOCKOPTFUNCTION's part: a TCP socket libcurl made for a connection. */
