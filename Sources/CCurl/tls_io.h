@@ -44,8 +44,14 @@ typedef struct mw_buffered_writes {
     struct mw_tls_io *owner;
 } mw_buffered_writes;
 
+/* Buffers of connections that are gone, kept for the next ones: a connection opened every 100 requests (nginx's
+   GOAWAY) then allocates nothing here, and the heap does not grow with the churn. */
+#define MW_TLS_SPARES 8
+typedef struct { unsigned char *buffers[MW_TLS_SPARES]; int count; } mw_tls_spares;
+
 typedef struct mw_tls_io {
     int enabled;
+    mw_tls_spares spare_writes, spare_looks, spare_records;
     unsigned long flushes;  /* send() calls of buffered records */
     unsigned long records;  /* records buffered */
     unsigned long receives; /* recv() calls that took records */
@@ -56,6 +62,24 @@ typedef struct mw_tls_io {
     mw_buffered_writes *buffered[MW_TLS_BUFFERED];
     int buffered_count;
 } mw_tls_io_state;
+
+/* A buffer of `size` bytes: a spare one when there is one (all of a kind have its size), else a new one. */
+static inline unsigned char *mw_tls_buffer(mw_tls_spares *spares, size_t size) {
+    if (spares && spares->count > 0) return spares->buffers[--spares->count];
+    return (unsigned char *)malloc(size);
+}
+static inline void mw_tls_spare(mw_tls_spares *spares, unsigned char *buffer) {
+    if (!buffer) return;
+    if (spares && spares->count < MW_TLS_SPARES) { spares->buffers[spares->count++] = buffer; return; }
+    free(buffer);
+}
+/* The client's teardown, once every connection is freed. */
+static inline void mw_tls_io_release(mw_tls_io_state *io) {
+    mw_tls_spares *kinds[] = { &io->spare_writes, &io->spare_looks, &io->spare_records };
+    for (int k = 0; k < 3; k++) {
+        while (kinds[k]->count > 0) free(kinds[k]->buffers[--kinds[k]->count]);
+    }
+}
 
 static inline void mw_tls_io_forget(mw_buffered_writes *writes) {
     mw_tls_io_state *owner = writes->owner;
@@ -93,7 +117,10 @@ static int mw_buffered_bio_write(BIO *bio, const char *data, int length) {
     BIO_clear_retry_flags(bio);
     if (!writes || length < 0) return -1;
     if (writes->failed) { errno = writes->failed; return -1; }
-    if (!writes->bytes && !(writes->bytes = malloc(MW_TLS_BUFFER_BYTES))) { errno = ENOMEM; return -1; }
+    if (!writes->bytes && !(writes->bytes = mw_tls_buffer(writes->owner ? &writes->owner->spare_writes : NULL, MW_TLS_BUFFER_BYTES))) {
+        errno = ENOMEM;
+        return -1;
+    }
     if (writes->length + (size_t)length > MW_TLS_BUFFER_BYTES) {
         if (mw_buffered_send(writes) < 0) { errno = writes->failed; return -1; }
         if (writes->length + (size_t)length > MW_TLS_BUFFER_BYTES) {
@@ -121,8 +148,8 @@ static long mw_buffered_bio_ctrl(BIO *bio, int command, long number, void *point
 static int mw_buffered_bio_destroy(BIO *bio) {
     mw_buffered_writes *writes = (mw_buffered_writes *)BIO_get_data(bio);
     if (!writes) return 1;
+    mw_tls_spare(writes->owner ? &writes->owner->spare_writes : NULL, writes->bytes);
     mw_tls_io_forget(writes);
-    free(writes->bytes);
     free(writes);
     BIO_set_data(bio, NULL);
     return 1;
@@ -155,7 +182,7 @@ static BIO_METHOD *mw_buffered_bio_method(int *type_out) {
    one record, and only bytes the socket already holds: a look (MSG_PEEK) shows what has arrived, and each record it
    shows complete is then taken with one recv() as OpenSSL asks for its header; the body is handed from memory. One
    look serves every record that had arrived by then. */
-#define MW_TLS_PEEK_BYTES (32 * 1024)
+#define MW_TLS_PEEK_BYTES (16 * 1024)
 #define MW_TLS_RECORD_BYTES (5 + 16384 + 2048)
 
 typedef struct mw_record_reads {
@@ -183,8 +210,14 @@ static int mw_record_bio_read(BIO *bio, char *out, int wanted) {
         reads->taken_length -= n;
         return (int)n;
     }
-    if (!reads->seen && !(reads->seen = malloc(MW_TLS_PEEK_BYTES))) { errno = ENOMEM; return -1; }
-    if (!reads->taken && !(reads->taken = malloc(MW_TLS_RECORD_BYTES))) { errno = ENOMEM; return -1; }
+    if (!reads->seen && !(reads->seen = mw_tls_buffer(reads->owner ? &reads->owner->spare_looks : NULL, MW_TLS_PEEK_BYTES))) {
+        errno = ENOMEM;
+        return -1;
+    }
+    if (!reads->taken && !(reads->taken = mw_tls_buffer(reads->owner ? &reads->owner->spare_records : NULL, MW_TLS_RECORD_BYTES))) {
+        errno = ENOMEM;
+        return -1;
+    }
     if (reads->seen_length < 5) {
         /* Where the next record ends is not known: look at what has arrived. */
         ssize_t n;
@@ -266,8 +299,8 @@ static long mw_record_bio_ctrl(BIO *bio, int command, long number, void *pointer
 static int mw_record_bio_destroy(BIO *bio) {
     mw_record_reads *reads = (mw_record_reads *)BIO_get_data(bio);
     if (!reads) return 1;
-    free(reads->seen);
-    free(reads->taken);
+    mw_tls_spare(reads->owner ? &reads->owner->spare_looks : NULL, reads->seen);
+    mw_tls_spare(reads->owner ? &reads->owner->spare_records : NULL, reads->taken);
     free(reads);
     BIO_set_data(bio, NULL);
     return 1;

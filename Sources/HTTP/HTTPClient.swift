@@ -102,6 +102,7 @@ public final class HTTPClient: Sendable {
         // cleanup has closed every connection, so no TLS context points at `tls` any more.
         let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
         assert(shareReleased, "an easy handle outlived the HTTP client's driver")
+        mw_tls_io_release(&tls.raw.pointee.io)
         tls.raw.deallocate()
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
