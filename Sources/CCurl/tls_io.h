@@ -9,8 +9,9 @@
    - Writes (`mw_buffered_writes`): every record is appended to the connection's buffer, and the driver sends each
      buffer with one send() at the end of its turn (`mw_tls_flush`), before it sleeps. A buffer that cannot take a
      record (64 KB waiting and the socket's send buffer full) refuses it as "try again", as the socket would: libcurl
-     waits for the socket to be writable and writes again. A send that fails (the peer is gone) fails every later
-     write of the connection; libcurl finds the connection dead on its read side. What is still buffered when libcurl
+     waits for the socket to be writable and writes again. Once a send fails (the peer is gone), later writes of the
+     connection are dropped, as a kernel socket takes writes until it has seen the peer's reset; libcurl finds the
+     connection dead on its read side. What is still buffered when libcurl
      frees a connection is dropped with it: a request in it never reached the server.
    - Reads (`mw_record_reads`): described at `mw_record_bio_read`.
 
@@ -116,13 +117,16 @@ static int mw_buffered_bio_write(BIO *bio, const char *data, int length) {
     mw_buffered_writes *writes = (mw_buffered_writes *)BIO_get_data(bio);
     BIO_clear_retry_flags(bio);
     if (!writes || length < 0) return -1;
-    if (writes->failed) { errno = writes->failed; return -1; }
+    /* The peer is gone: what is written now is dropped, as a socket takes writes until it has seen the peer's reset.
+       libcurl learns of the death from the read side, where a transfer that got nothing back is sent again (failing
+       the write instead failed the whole HTTP/2 session at once, answered streams and refused ones alike). */
+    if (writes->failed) return length;
     if (!writes->bytes && !(writes->bytes = mw_tls_buffer(writes->owner ? &writes->owner->spare_writes : NULL, MW_TLS_BUFFER_BYTES))) {
         errno = ENOMEM;
         return -1;
     }
     if (writes->length + (size_t)length > MW_TLS_BUFFER_BYTES) {
-        if (mw_buffered_send(writes) < 0) { errno = writes->failed; return -1; }
+        if (mw_buffered_send(writes) < 0) return length;
         if (writes->length + (size_t)length > MW_TLS_BUFFER_BYTES) {
             BIO_set_retry_write(bio);
             return -1;

@@ -130,7 +130,8 @@ struct HTTP2Tests {
                                          metrics: metrics)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await sendThousand(sender)
-        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
+        let failures = outcomes.filter { if case .sent = $0 { false } else { true } }
+        #expect(failures.isEmpty, "\(failures.count) failed, first: \(failures.prefix(1))")
         try await eventually("nginx logged 1000 sends", timeout: .seconds(5)) { sendsLogged(nginx) >= 1000 }
         _ = metrics.render()
         let metric = metrics.value("fcm_tls_handshakes_total", labels: ["session": "full"]).flatMap { full in
@@ -149,9 +150,10 @@ struct HTTP2Tests {
         let (connections, counted, metric) = try await Self.handshakesUnderGoaway(tlsProtocols: tlsProtocol)
         let full = connections.values.filter { !$0 }.count
         #expect(connections.count >= 20, "\(connections.count) connections")
-        // The first connection (the token's and the first sends') cannot resume; one more may open before its session
-        // ticket has been read.
-        #expect(full <= 2, "\(full) of \(connections.count) connections made a full handshake")
+        // The first connection (the token's and the first sends') cannot resume; up to two more may open before its
+        // session ticket has been read (TLS 1.3 sends tickets after the handshake: 3 full handshakes in 1 of 14 runs,
+        // with libcurl's own TLS I/O as with the client's).
+        #expect(full <= 3, "\(full) of \(connections.count) connections made a full handshake")
         // The client counts what nginx saw, and the metric says it.
         #expect(counted == TLSHandshakes(full: full, resumed: connections.count - full), "nginx: \(full) full of \(connections.count)")
         #expect(metric == counted)
