@@ -97,6 +97,20 @@ public final class Nginx: Sendable {
                     default_type application/json;
                     return 200 '{"access_token":"nginx-static-token","expires_in":3600,"token_type":"Bearer"}';
                 }
+                # `return` answers as soon as the headers arrive, and a stream whose body is still being sent is then
+                # reset: libcurl 7.88 fails such a send ("Stream error in the HTTP/2 framing layer"). Behind a proxy_pass
+                # nginx reads the whole body first (proxy_request_buffering), as FCM does; for tests of large bodies.
+                location /read-body/ {
+                    proxy_pass http://unix:\(directory)/answer.sock:/;
+                }
+                location / {
+                    default_type application/json;
+                    return 200 '{"name":"projects/bench-project/messages/0:1700000000000000%31337"}';
+                }
+            }
+            server {
+                listen unix:\(directory)/answer.sock;
+                access_log off;
                 location / {
                     default_type application/json;
                     return 200 '{"name":"projects/bench-project/messages/0:1700000000000000%31337"}';
