@@ -72,14 +72,18 @@ final class CurlTransfer {
         try check(mw_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
         try check(mw_easy_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
         if let caBundlePath {
-            // CAINFO replaces the default store, so this file holds the system bundle plus the extra CA.
+            // CAINFO replaces the default store, so this file holds the system bundle plus the extra CA. An `https://`
+            // proxy is verified against the same trust: the CA an operator adds is the one a private proxy's certificate
+            // comes from as often as a server's.
             try check(mw_easy_setopt_cstr(easy, CURLOPT_CAINFO, caBundlePath), "CAINFO")
+            try check(mw_easy_setopt_cstr(easy, CURLOPT_PROXY_CAINFO, caBundlePath), "PROXY_CAINFO")
         }
         // Trust comes from the CA file alone (Debian's bundle, or the one above), not also from a hashed directory:
         // libcurl caches a file's parsed store in the multi handle, but not when a CA directory is set (Debian's
         // libcurl sets /etc/ssl/certs by default). Uncached, every new connection (each GOAWAY, each
         // `maxConnectionAge`) parsed the whole bundle again: about 28 ms of CPU per connection under OpenSSL 3.
         try check(mw_easy_setopt_cstr(easy, CURLOPT_CAPATH, nil), "CAPATH")
+        try check(mw_easy_setopt_cstr(easy, CURLOPT_PROXY_CAPATH, nil), "PROXY_CAPATH")
         try check(mw_easy_setopt_long(easy, CURLOPT_CA_CACHE_TIMEOUT, 3600), "CA_CACHE_TIMEOUT")
         try check(mw_easy_setopt_cstr(easy, CURLOPT_NOPROXY, ProxySettings.process.noProxy), "NOPROXY")
         // Connection health: an idle connection silently dropped (NAT, half-open) is found by TCP keepalive

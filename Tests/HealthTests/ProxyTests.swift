@@ -59,6 +59,27 @@ struct ProxyTests {
         }
     }
 
+    /// `HTTPS_PROXY=https://…`: TLS to the proxy itself (stunnel in front of tinyproxy, its certificate from the CA that
+    /// `TLS_CA_FILE` adds), and inside it the CONNECT tunnel with TLS of its own to the emulator. The token request and
+    /// the send both arrive, so TLS inside TLS runs on libcurl's own reads and writes, and the proxy's certificate is
+    /// verified against the same trust as the servers' (the system's and `TLS_CA_FILE`).
+    @Test func tlsProxy_theTunnelRunsInsideTLSToTheProxy() async throws {
+        guard Tinyproxy.binary != nil, Stunnel.binary != nil else {
+            Issue.record("tinyproxy or stunnel4 is not installed (CI installs both)"); return
+        }
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let proxy = try Tinyproxy()
+            defer { proxy.stop() }
+            let front = try Stunnel(forwardingTo: proxy.port)
+            defer { front.stop() }
+            let (emulator, log) = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": front.url])
+            #expect(log.contains("https.proxy=\"\(front.url) (HTTPS_PROXY)\""), "\(log)")
+            #expect(front.connectionsAccepted > 0)
+            let tunnels = proxy.tunnels
+            #expect(!tunnels.isEmpty && tunnels.allSatisfy { $0 == emulator }, "tunnels: \(tunnels), emulator at \(emulator)")
+        }
+    }
+
     /// `NO_PROXY` names the emulator's host: the daemon goes direct, and the proxy (up, and usable) is never asked.
     @Test func noProxy_hostsGoDirect() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
