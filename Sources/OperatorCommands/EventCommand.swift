@@ -2,7 +2,8 @@ import FoundationEssentials
 import JSON
 import Postgres
 
-/// `event ID|EVENT_KEY`: one outbox event and every delivery of its key, tokens masked.
+/// `event ID|EVENT_KEY`: one outbox event, every delivery of its patient and key, and the devices not sent to because
+/// another registration speaks for their token; tokens masked.
 struct EventCommand: OperatorCommand {
     static let name = "event"
     static let summary = "Show one event (by id or event key) with every delivery."
@@ -10,13 +11,16 @@ struct EventCommand: OperatorCommand {
         Usage: medication-worker event ID|EVENT_KEY [--json]
 
         Shows one outbox event (by its numeric id, or by its event key such as doseTaken:group-uuid-1; the
-        newest event with that key) and every delivery of its key: delivery id, device id, the token's first
-        and last 6 characters only, the device enabled or not, status, attempts, "lastError", "sentAt" and
-        "fcmMessageId". Exit status 1 when no such event exists.
+        newest event with that key) and every delivery of its patient and key: delivery id, device id, the
+        token's first and last 6 characters only, the device enabled or not, status, attempts, "lastError",
+        "sentAt" and "fcmMessageId". Then the patient's caregivers' devices that are not sent to because
+        another registration of the same token was seen more recently (the phone changed hands, or pushes
+        were switched off there), each with that registration, as the tables stand now.
+        Exit status 1 when no such event exists.
         Next: `redrive --event ID` for a DEAD event, `resend --event ID` for FAILED deliveries.
 
         Options:
-          --json    One JSON document: {"event": {...}, "deliveries": [...]}.
+          --json    One JSON document: {"event": {...}, "deliveries": [...], "skipped": [...]}.
         """
 
     /// The event's id, or its key.
@@ -109,6 +113,33 @@ struct EventCommand: OperatorCommand {
         }
     }
 
+    /// A device of the patient's recipients that is not sent to: another registration of its token speaks for it.
+    struct Skipped: Sendable {
+        var deviceId: String
+        var ownerId: String
+        var token: String
+        /// The registration that speaks for the token: its row, owner, whether pushes are on there, when last seen.
+        var newerDeviceId: String
+        var newerOwnerId: String
+        var newerEnabled: Bool
+        var newerLastSeenAt: Date
+
+        var reason: String {
+            "another registration of this token was seen more recently: device \(newerDeviceId) of \(newerOwnerId), last seen "
+                + CommandValues.timestamp(newerLastSeenAt) + (newerEnabled ? "" : ", pushes switched off there")
+        }
+
+        var json: JSONValue {
+            .object([
+                "pushDeviceId": .string(deviceId), "ownerId": .string(ownerId), "token": .string(token), "reason": .string("token_superseded"),
+                "newestRegistration": .object([
+                    "pushDeviceId": .string(newerDeviceId), "ownerId": .string(newerOwnerId), "isEnabled": .bool(newerEnabled),
+                    "lastSeenAt": CommandValues.timestamp(newerLastSeenAt),
+                ]),
+            ])
+        }
+    }
+
     /// Event `id`.
     static func eventQuery(id: Int64) -> PostgresQuery { #"SELECT \#(sql: Event.columns) FROM "PushOutbox" o WHERE o.id = \#(id)"# }
 
@@ -117,22 +148,46 @@ struct EventCommand: OperatorCommand {
         #"SELECT \#(sql: Event.columns) FROM "PushOutbox" o WHERE o."eventKey" = \#(key) ORDER BY o.id DESC LIMIT 1"#
     }
 
-    /// The deliveries of event key `key`; the token as its first and last 6 characters (all of it hidden when shorter than 16).
-    static func deliveriesQuery(key: String) -> PostgresQuery {
+    /// A token as its first and last 6 characters (all of it hidden when shorter than 16), over column `d.token`.
+    static let maskedToken: PostgresQuery = "CASE WHEN length(d.token) >= 16 THEN left(d.token, 6) || '…' || right(d.token, 6) ELSE '…' END"
+
+    /// The deliveries of patient `patient`'s event key `key` (a row that names no patient, written before migration 7
+    /// or by the API's inline sender, counts for every event of its key).
+    static func deliveriesQuery(key: String, patient: String) -> PostgresQuery {
         """
         SELECT pd.id, pd."pushDeviceId" AS device_id,
-               CASE WHEN length(d.token) >= 16 THEN left(d.token, 6) || '…' || right(d.token, 6) ELSE '…' END AS token,
-               d."isEnabled" AS enabled, pd.status, pd.attempts, pd."lastError" AS last_error, pd."createdAt" AS created_at,
+               \(sql: maskedToken) AS token, d."isEnabled" AS enabled, pd.status, pd.attempts, pd."lastError" AS last_error, pd."createdAt" AS created_at,
                pd."sentAt" AS sent_at, pd."fcmMessageId" AS message_id
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
-        WHERE pd."eventKey" = \(key)
+        WHERE pd."eventKey" = \(key) AND (pd."patientId" = \(patient) OR pd."patientId" IS NULL)
         ORDER BY pd."createdAt", pd.id
+        """
+    }
+
+    /// The enabled devices of patient `patient`'s caregivers (ACTIVE links) with no delivery of `key` (nil: the event
+    /// has no key yet), that another registration of their token speaks for (the fan-out's rule,
+    /// `OutboxStore.speaksForToken`), with the newest registration of the token.
+    static func skippedQuery(key: String?, patient: String) -> PostgresQuery {
+        """
+        SELECT d.id AS device_id, d."ownerId" AS owner_id, \(sql: maskedToken) AS token,
+               n.id AS newer_id, n."ownerId" AS newer_owner, n."isEnabled" AS newer_enabled, n."lastSeenAt" AS newer_seen
+        FROM "CaregiverPatientLink" l
+        JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
+        CROSS JOIN LATERAL (
+            SELECT n.id, n."ownerId", n."isEnabled", n."lastSeenAt" FROM "PushDevice" n
+            WHERE n.token = d.token AND (n."lastSeenAt", n.id) > (d."lastSeenAt", d.id)
+            ORDER BY n."lastSeenAt" DESC, n.id DESC LIMIT 1
+        ) n
+        WHERE l."patientId" = \(patient) AND l.status = 'ACTIVE'
+          AND NOT EXISTS (SELECT 1 FROM "PushDelivery" pd WHERE pd."eventKey" = \(key) AND pd."pushDeviceId" = d.id)
+        ORDER BY d.id
         """
     }
 
     struct Report: CommandReport {
         var event: Event
         var deliveries: [Delivery]
+        var skipped: [Skipped]
         var eventMaxAge: Duration
 
         var text: String {
@@ -157,11 +212,15 @@ struct EventCommand: OperatorCommand {
                 }
                 lines.append(CommandValues.table(["DELIVERY", "DEVICE", "TOKEN", "ENABLED", "STATUS", "ATTEMPTS", "SENT AT", "FCM MESSAGE", "LAST ERROR"], rows))
             }
+            if !skipped.isEmpty {
+                lines.append("not sent to (another registration speaks for the token): \(skipped.count)")
+                lines.append(CommandValues.table(["DEVICE", "OWNER", "TOKEN", "WHY"], skipped.map { [$0.deviceId, $0.ownerId, $0.token, $0.reason] }))
+            }
             return lines.joined(separator: "\n")
         }
 
         var json: JSONValue {
-            .object(["event": event.json, "deliveries": .array(deliveries.map(\.json))])
+            .object(["event": event.json, "deliveries": .array(deliveries.map(\.json)), "skipped": .array(skipped.map(\.json))])
         }
     }
 
@@ -182,7 +241,7 @@ struct EventCommand: OperatorCommand {
                 }
                 let event = try Event(row)
                 let deliveries = try event.eventKey.map { key in
-                    try connection.query(Self.deliveriesQuery(key: key)).map { row in
+                    try connection.query(Self.deliveriesQuery(key: key, patient: event.patientId)).map { row in
                         Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: row["token"].optionalString() ?? "…",
                                  deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
                                  attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),
@@ -190,7 +249,12 @@ struct EventCommand: OperatorCommand {
                                  fcmMessageId: row["message_id"].optionalString())
                     }
                 } ?? []
-                return Report(event: event, deliveries: deliveries, eventMaxAge: settings.eventMaxAge)
+                let skipped = try connection.query(Self.skippedQuery(key: event.eventKey, patient: event.patientId)).map { row in
+                    Skipped(deviceId: try row["device_id"].string(), ownerId: try row["owner_id"].string(), token: try row["token"].string(),
+                            newerDeviceId: try row["newer_id"].string(), newerOwnerId: try row["newer_owner"].string(),
+                            newerEnabled: try row["newer_enabled"].bool(), newerLastSeenAt: try row["newer_seen"].date())
+                }
+                return Report(event: event, deliveries: deliveries, skipped: skipped, eventMaxAge: settings.eventMaxAge)
             }
         }
     }

@@ -16,12 +16,15 @@ struct ResendCommand: OperatorCommand {
         Sends FAILED deliveries again once their cause is fixed (THIRD_PARTY_AUTH_ERROR after an APNs
         credential was fixed, an INVALID_ARGUMENT payload bug after an upgrade). The delivery rows go back to
         PENDING and the event is claimed again: still at most one push per (event key, device).
+        Only the event's own patient's deliveries: two patients' events can share a key.
         Skipped, with the reason: deliveries to a disabled device (a dead token stays disabled; see
-        `devices enable`), and every delivery of an event older than EVENT_MAX_AGE (it would only expire).
+        `devices enable`), to a caregiver whose link to the patient is no longer ACTIVE, to a device that
+        no longer speaks for its token (another registration of it was seen more recently), and every
+        delivery of an event older than EVENT_MAX_AGE (it would only expire).
         Exit status 1 when nothing could be resent.
 
         Options:
-          --event ID        Every FAILED delivery of this event's key.
+          --event ID        Every FAILED delivery of this event (its patient and key).
           --delivery ID     This one delivery.
           --dry-run         Print what would be resent and skipped; change nothing.
           --json            One JSON document: {"dryRun", "event", "resent": [ids], "skipped": [{id, reason}]}.
@@ -54,18 +57,22 @@ struct ResendCommand: OperatorCommand {
     /// Event `id`, locked, with its age.
     static func eventQuery(id: Int64) -> PostgresQuery {
         """
-        SELECT id, "eventKey" AS key, status, extract(epoch FROM now() - "createdAt")::double precision AS age_seconds
+        SELECT id, "eventKey" AS key, "patientId" AS patient, status, extract(epoch FROM now() - "createdAt")::double precision AS age_seconds
         FROM "PushOutbox" WHERE id = \(id)
         FOR UPDATE
         """
     }
 
-    /// The newest event of a delivery's key (several outbox rows may carry one key), locked, with its age.
+    /// The newest event of a delivery's patient and key (several outbox rows may carry one key, of one patient or of
+    /// several), locked, with its age. A delivery written before migration 7 names no patient: its caregiver's patients.
     static func eventQuery(delivery id: String) -> PostgresQuery {
         """
-        SELECT o.id, o."eventKey" AS key, o.status, extract(epoch FROM now() - o."createdAt")::double precision AS age_seconds
+        SELECT o.id, o."eventKey" AS key, o."patientId" AS patient, o.status,
+               extract(epoch FROM now() - o."createdAt")::double precision AS age_seconds
         FROM "PushDelivery" pd JOIN "PushOutbox" o ON o."eventKey" = pd."eventKey"
-        WHERE pd.id = \(id)
+        WHERE pd.id = \(id) AND (o."patientId" = pd."patientId" OR pd."patientId" IS NULL AND EXISTS (
+            SELECT 1 FROM "PushDevice" d JOIN "CaregiverPatientLink" l ON l."caregiverId" = d."ownerId"
+            WHERE d.id = pd."pushDeviceId" AND l."patientId" = o."patientId"))
         ORDER BY o.id DESC LIMIT 1
         FOR UPDATE OF o
         """
@@ -74,13 +81,18 @@ struct ResendCommand: OperatorCommand {
     /// Delivery `id`'s event key and status.
     static func deliveryQuery(id: String) -> PostgresQuery { #"SELECT "eventKey" AS key, status FROM "PushDelivery" WHERE id = \#(id)"# }
 
-    /// The FAILED deliveries in scope (of `key`; only delivery `only` when given), locked, with whether their device can
-    /// still be sent to.
-    static func failedQuery(key: String, only: String?) -> PostgresQuery {
+    /// The FAILED deliveries in scope (of `patient`'s event `key`; only delivery `only` when given), locked, with whether
+    /// their device can still be sent to (`EventFate.resend`: enabled, its owner's link to the patient ACTIVE, and
+    /// speaking for its token, as the fan-out judges it).
+    static func failedQuery(key: String, patient: String, only: String?) -> PostgresQuery {
         """
-        SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists
+        SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists,
+               EXISTS (SELECT 1 FROM "CaregiverPatientLink" l
+                       WHERE l."patientId" = \(patient) AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE') AS link_active,
+               \(sql: Recipients.speaksForToken) AS speaks
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
-        WHERE pd."eventKey" = \(key) AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)
+        WHERE pd."eventKey" = \(key) AND (pd."patientId" = \(patient) OR pd."patientId" IS NULL)
+          AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)
         ORDER BY pd."createdAt", pd.id
         FOR UPDATE OF pd
         """
@@ -171,14 +183,15 @@ struct ResendCommand: OperatorCommand {
                 guard let key = event["key"].optionalString() else {
                     throw CommandFailure("event \(eventId) was never claimed: it has no deliveries yet", details: ["event": .number(Double(eventId))])
                 }
-                let failed = try connection.query(Self.failedQuery(key: key, only: only))
+                let failed = try connection.query(Self.failedQuery(key: key, patient: try event["patient"].string(), only: only))
                 var eligible: [String] = []
                 var skipped: [Skip] = []
                 let age = try event["age_seconds"].double()
                 for row in failed {
                     let id = try row["id"].string()
                     switch EventFate.resend(eventAgeSeconds: age, maxAge: settings.eventMaxAge, deviceExists: try row["device_exists"].bool(),
-                                            deviceEnabled: try row["enabled"].bool()) {
+                                            deviceEnabled: try row["enabled"].bool(), linkActive: try row["link_active"].bool(),
+                                            speaksForToken: try row["speaks"].bool()) {
                     case .resend: eligible.append(id)
                     case .skip(let reason): skipped.append(Skip(id: id, reason: reason))
                     }

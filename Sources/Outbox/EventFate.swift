@@ -80,18 +80,25 @@ public enum EventFate {
     // MARK: Fanned out again
 
     /// What a PENDING delivery left by an earlier attempt (or a crashed worker) becomes when its event is fanned out
-    /// again: sent under the new lease, or FAILED when its device was disabled since (a disabled device stays
-    /// disabled; `devices enable` is the way back). The fan-out statement applies this rule in SQL
-    /// (`OutboxStore.fanOutQuery`: `reclaimed` and `failed`).
+    /// again. Recipients are decided when the push leaves (SPEC §3): it is sent under the new lease only while its
+    /// device is enabled, its owner's link to the event's patient is ACTIVE and the device is still its token's newest
+    /// registration; otherwise it ends FAILED with the reason (a disabled device stays disabled; `devices enable` is
+    /// the way back). The fan-out statement applies this rule in SQL (`OutboxStore.refusalSQL`).
     public enum Reclaim: Sendable, Equatable {
         case send
         case failed(reason: String)
     }
 
     public static let deviceDisabledBeforeSend = "device disabled before send"
+    public static let linkNotActiveBeforeSend = "not sent: the caregiver's link to the patient is no longer ACTIVE"
+    public static let tokenSupersededBeforeSend =
+        "not sent: another registration of this token was seen more recently (the phone changed hands, or pushes were switched off there)"
 
-    public static func reclaimed(deviceEnabled: Bool) -> Reclaim {
-        deviceEnabled ? .send : .failed(reason: deviceDisabledBeforeSend)
+    public static func reclaimed(deviceEnabled: Bool, linkActive: Bool, speaksForToken: Bool) -> Reclaim {
+        guard deviceEnabled else { return .failed(reason: deviceDisabledBeforeSend) }
+        guard linkActive else { return .failed(reason: linkNotActiveBeforeSend) }
+        guard speaksForToken else { return .failed(reason: tokenSupersededBeforeSend) }
+        return .send
     }
 
     /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
@@ -143,12 +150,15 @@ public enum EventFate {
         case skip(reason: String)
     }
 
-    public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool) -> Resend {
+    public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool, linkActive: Bool,
+                              speaksForToken: Bool) -> Resend {
         if isPastMaxAge(ageSeconds: eventAgeSeconds, maxAge: maxAge) {
             return .skip(reason: "event past EVENT_MAX_AGE (\(DurationText.age(seconds: maxAge.asSeconds))): it would only expire")
         }
         guard deviceExists else { return .skip(reason: "device deleted") }
         guard deviceEnabled else { return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)") }
+        guard linkActive else { return .skip(reason: "the caregiver's link to the patient is no longer ACTIVE") }
+        guard speaksForToken else { return .skip(reason: "another registration of this token was seen more recently (the phone changed hands)") }
         return .resend
     }
 }

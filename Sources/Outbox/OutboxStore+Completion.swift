@@ -42,13 +42,14 @@ extension OutboxStore {
                                                                                         maxAttempts: "p.max_attempts"))
 
     /// Delivery results and event settlements in one statement (one round trip per completer flush):
-    /// `delivered` writes each result under its lease; an event is DONE when no delivery of its key is
-    /// still PENDING (the ones this statement just settled do not count: the EXISTS sees the statement's
+    /// `delivered` writes each result under its lease; an event is DONE when no delivery of its patient and key is
+    /// still PENDING (a delivery fanned out before migration 7 names no patient and counts for every event of its key) (the ones this statement just settled do not count: the EXISTS sees the statement's
     /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery result
     /// (`deliveries` … `answeredAt`: when FCM's answer came, UNIX seconds, a SENT delivery's `"sentAt"`) and per event
     /// settlement (`events` … `leases`).
     static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
-                              answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], delays: [Double], errors: [String?],
+                              answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
+                              delays: [Double], errors: [String?],
                               leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
@@ -70,9 +71,9 @@ extension OutboxStore {
             SELECT DISTINCT r.key FROM r LEFT JOIN delivered d ON d.id = r.id WHERE d.id IS NULL
         ), v AS (
             SELECT *, \(maxAttempts)::integer AS max_attempts
-            FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(delays)::double precision[], \(errors)::text[], \(leases)::uuid[],
-                        \(expected)::text[])
-                AS v(id, key, delay, err, token, expected)
+            FROM unnest(\(eventIds)::bigint[], \(keys)::text[], \(patients)::text[], \(delays)::double precision[], \(errors)::text[],
+                        \(leases)::uuid[], \(expected)::text[])
+                AS v(id, key, patient, delay, err, token, expected)
         ), p AS (
             -- Probed once per event, one walk of the key's rows: the LATERAL subquery's OFFSET 0 keeps the planner
             -- from copying it into each CASE below that reads `pending` (it did: four probes per event). DONE only on
@@ -84,7 +85,7 @@ extension OutboxStore {
                 SELECT coalesce(bool_or(pd.status = 'PENDING' AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')), false)
                        OR count(*) FILTER (WHERE pd.id = ANY(string_to_array(v.expected, ','))) < cardinality(string_to_array(v.expected, ','))
                        OR v.key IN (SELECT key FROM missing) AS pending
-                FROM "PushDelivery" pd WHERE pd."eventKey" = v.key OFFSET 0
+                FROM "PushDelivery" pd WHERE pd."eventKey" = v.key AND (pd."patientId" = v.patient OR pd."patientId" IS NULL) OFFSET 0
             ) s
         )
         UPDATE "PushOutbox" o
@@ -216,7 +217,7 @@ extension OutboxStore {
         if !ids.isEmpty || !events.isEmpty {
             plan.statements.append((.complete, completeQuery(
                 deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, answeredAt: answered, maxAttempts: maxAttempts,
-                events: events.map(\.id), keys: events.map(\.eventKey), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
+                events: events.map(\.id), keys: events.map(\.eventKey), patients: events.map(\.patientId), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
                 leases: events.map(\.lease.text), expected: events.map { $0.deliveryIds.joined(separator: ",") })))
         }
         let releasedDeliveries = completion.releasedDeliveries

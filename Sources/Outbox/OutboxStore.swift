@@ -2,6 +2,15 @@ import FoundationEssentials
 import Postgres
 import Timekeeping
 
+/// Who receives a push, as SQL the fan-out and the operator commands share (SPEC §3).
+package enum Recipients {
+    /// Whether device row `d` speaks for its token ("A token is one phone"): no other row of the token, enabled or not,
+    /// was seen more recently (ties go to the greater id). One probe of `"PushDevice_token_lastSeenAt_idx"`.
+    package static let speaksForToken: PostgresQuery = """
+        NOT EXISTS (SELECT 1 FROM "PushDevice" n WHERE n.token = d.token AND (n."lastSeenAt", n.id) > (d."lastSeenAt", d.id))
+        """
+}
+
 /// Every SQL statement of the delivery pipeline. Each method is one short transaction; no
 /// transaction stays open while HTTP requests are in flight.
 struct OutboxStore: Sendable {
@@ -63,34 +72,35 @@ struct OutboxStore: Sendable {
 
     // MARK: Fan-out
 
-    /// The whole fan-out in one statement (one round trip, each delivery row written once before its result):
-    /// - `targets`: every enabled caregiver device of each event's patient, with its token (read once, here);
-    /// - `inserted`: one delivery per target, inserted already leased; a device already in the table for the key is
-    ///   skipped (the unique index decides);
-    /// - `earlier`: the keys that can hold deliveries from before this statement: the insert skipped one of their
-    ///   devices, they have no sendable device now, or their event is on a second or later attempt (`retried`). A key met
-    ///   for the first time has none, so the two probes below skip it (they were an index probe per key on every
-    ///   fan-out);
-    /// - `reclaimed`: PENDING deliveries of those keys from an earlier attempt or a crashed worker, leased again;
-    /// - `failed`: a PENDING delivery of those keys whose device was disabled since it was inserted will never be sent.
-    /// Both probes find their rows by key and look each row's device up by id (a scalar subquery: a probe per row
-    /// whatever the statistics say; written as a join, a plan took the few disabled devices as the outer side and
-    /// walked all 20,000 devices on every fan-out). `EventFate.reclaimed` is the rule the two apply.
-    /// The three writes touch disjoint rows (the UPDATEs see only rows that existed before the statement). A retried
-    /// event is always probed, so a delivery left by an earlier attempt to a device that is no longer a target (its
-    /// devices replaced since) is failed or resent on that attempt, never left to exhaust the attempts.
+    /// The whole fan-out in one statement (one round trip, each delivery row written once before its result). An event
+    /// is its (patient, key): two patients' events that share a key (a reused `recordingGroupId`) never share a send.
+    /// - `linked`: every enabled caregiver device of each event's patient, with its token and whether it speaks for the
+    ///   token (SPEC §3 "A token is one phone": only the token's newest registration by `"lastSeenAt"`, enabled or not,
+    ///   receives pushes). A device that two events of one key reach (one caregiver of both patients) is taken by the
+    ///   first: the unique index allows one delivery per (key, device);
+    /// - `inserted`: one delivery per speaking device, inserted already leased; a device already in the table for the
+    ///   key is skipped (the unique index decides; a row the inline sender wrote is SENT and stays as it is);
+    /// - `earlier`: the events that can hold deliveries from before this statement: the insert skipped one of their
+    ///   devices, they have no device to send to now, or they are on a second or later attempt (`retried`). An event
+    ///   met for the first time has none, so the probe below skips it;
+    /// - `waiting`: PENDING deliveries of those events from an earlier attempt or a crashed worker, each with the reason
+    ///   it may no longer be sent (`EventFate.reclaimed`: recipients are decided when the push leaves, SPEC §3); its
+    ///   probes look each row's device and link up by key (an `OFFSET 0` subquery: a probe per row whatever the
+    ///   statistics say; written as a join, a plan walked all 20,000 devices on every fan-out);
+    /// - `reclaimed` leases the ones still to send again, `failed` ends the others FAILED with their reason.
+    /// The final SELECT returns the deliveries this worker now holds, then the devices skipped because another row
+    /// speaks for their token (`id` NULL).
     static func fanOutQuery(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
         """
         \(sql: fanOutCTEs(keys: keys, patients: patients, token: token, lease: lease, retried: retried))
-        SELECT i.id, i."eventKey", i."pushDeviceId", t.token, now() AS claimed_at
-        FROM inserted i JOIN targets t ON t.key = i."eventKey" AND t.device_id = i."pushDeviceId"
+        SELECT i.id, i."eventKey", i."pushDeviceId", i."patientId", t.token, now() AS claimed_at
+        FROM inserted i JOIN linked t ON t.key = i."eventKey" AND t.device_id = i."pushDeviceId"
         UNION ALL
-        SELECT r.id, r."eventKey", r."pushDeviceId", r.token, now() FROM reclaimed r
+        SELECT r.id, r."eventKey", r."pushDeviceId", r."patientId", r.token, now() FROM reclaimed r
+        UNION ALL
+        SELECT NULL, t.key, t.device_id, t.patient_id, NULL, now() FROM linked t WHERE NOT t.speaks
         """
     }
-
-    /// `EventFate.reclaimed`'s reason for a delivery whose device was disabled before it was sent, as an SQL literal.
-    static let deviceDisabledReason = PostgresQuery(stringLiteral: "'" + EventFate.deviceDisabledBeforeSend.replacing("'", with: "''") + "'")
 
     /// A new delivery's id: a UUID version 7 (RFC 9562) as text: 48 bits of Unix milliseconds, then random bits (a
     /// random version-4 UUID with its first six bytes replaced and its version nibble turned from 4 into 7). Ids that
@@ -102,43 +112,68 @@ struct OutboxStore: Sendable {
             52, 1), 53, 1), 'hex')::uuid::text
         """
 
+    /// `EventFate.reclaimed` in SQL, over device `d` (NULL when deleted) of a delivery for patient `e.patient_id`: NULL
+    /// when the delivery may still be sent, else why not.
+    static let refusalSQL: PostgresQuery = """
+        CASE WHEN d.id IS NULL OR NOT d."isEnabled" THEN \(sql: literal(EventFate.deviceDisabledBeforeSend))
+             WHEN d."ownerType" <> 'CAREGIVER' OR NOT EXISTS (
+                 SELECT 1 FROM "CaregiverPatientLink" l
+                 WHERE l."patientId" = e.patient_id AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE')
+                 THEN \(sql: literal(EventFate.linkNotActiveBeforeSend))
+             WHEN NOT \(sql: Recipients.speaksForToken) THEN \(sql: literal(EventFate.tokenSupersededBeforeSend))
+        END
+        """
+
+    /// `text` as an SQL string literal (constants of this file only).
+    static func literal(_ text: String) -> PostgresQuery { PostgresQuery(stringLiteral: "'" + text.replacing("'", with: "''") + "'") }
+
     /// The data-modifying part of `fanOutQuery` (data-modifying CTEs must be at the top level, so the
     /// benchmark's pgbench script appends its own final SELECT to these): `keys[i]` is an event of patient `patients[i]`.
     static func fanOutCTEs(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
         """
-        WITH targets AS MATERIALIZED (
-            SELECT DISTINCT e.key, d.id AS device_id, d.token
-            FROM unnest(\(keys)::text[], \(patients)::text[]) AS e(key, patient_id)
+        WITH events AS (
+            SELECT * FROM unnest(\(keys)::text[], \(patients)::text[]) WITH ORDINALITY AS e(key, patient_id, ord)
+        ), linked AS MATERIALIZED (
+            SELECT DISTINCT ON (e.key, d.id) e.key, e.patient_id, d.id AS device_id, d.token, \(sql: Recipients.speaksForToken) AS speaks
+            FROM events e
             JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
             JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
+            ORDER BY e.key, d.id, e.ord
         ), inserted AS (
-            INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
-            SELECT \(sql: deliveryIdSQL), t.key, t.device_id, 'PENDING', 1, now(), \(token.text)::uuid,
+            INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
+            SELECT \(sql: deliveryIdSQL), t.key, t.device_id, t.patient_id, 'PENDING', 1, now(), \(token.text)::uuid,
                    now() + make_interval(secs => \(lease.asSeconds)::double precision)
-            FROM targets t
+            FROM linked t WHERE t.speaks
             ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
-            RETURNING id, "eventKey", "pushDeviceId"
+            RETURNING id, "eventKey", "pushDeviceId", "patientId"
         ), earlier AS (
-            SELECT t.key FROM targets t
-            WHERE NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
+            SELECT t.key, t.patient_id FROM linked t
+            WHERE t.speaks AND NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
             UNION
-            SELECT k.key FROM unnest(\(keys)::text[]) AS k(key) WHERE NOT EXISTS (SELECT 1 FROM targets t WHERE t.key = k.key)
-            UNION
-            SELECT unnest(\(retried)::text[])
+            SELECT e.key, e.patient_id FROM events e
+            WHERE e.key = ANY(\(retried)::text[])
+               OR NOT EXISTS (SELECT 1 FROM linked t WHERE t.key = e.key AND t.patient_id = e.patient_id AND t.speaks)
+        ), waiting AS MATERIALIZED (
+            -- A row with no patient was fanned out by a worker before migration 7: it goes with the events of its key.
+            SELECT pd.id, e.patient_id, (SELECT \(sql: refusalSQL)
+                                        FROM (SELECT 1) one LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId" OFFSET 0) AS refusal
+            FROM earlier e JOIN "PushDelivery" pd ON pd."eventKey" = e.key AND (pd."patientId" = e.patient_id OR pd."patientId" IS NULL)
+            WHERE pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
         ), reclaimed AS (
             UPDATE "PushDelivery" pd
-            SET attempts = pd.attempts + 1, "leaseToken" = \(token.text)::uuid,
+            SET attempts = pd.attempts + 1, "patientId" = w.patient_id, "leaseToken" = \(token.text)::uuid,
                 "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
-            WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
-              AND (SELECT d."isEnabled" FROM "PushDevice" d WHERE d.id = pd."pushDeviceId")
-              AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
-            RETURNING pd.id, pd."eventKey", pd."pushDeviceId", (SELECT d.token FROM "PushDevice" d WHERE d.id = pd."pushDeviceId") AS token
+            FROM waiting w
+            WHERE pd.id = w.id AND w.refusal IS NULL
+              AND pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+            RETURNING pd.id, pd."eventKey", pd."pushDeviceId", pd."patientId",
+                      (SELECT d.token FROM "PushDevice" d WHERE d.id = pd."pushDeviceId") AS token
         ), failed AS (
             UPDATE "PushDelivery" pd
-            SET status = 'FAILED', "lastError" = \(sql: deviceDisabledReason), "leaseToken" = NULL, "leaseExpiresAt" = NULL
-            WHERE pd."eventKey" = ANY(ARRAY(SELECT key FROM earlier)) AND pd.status = 'PENDING'
-              AND NOT (SELECT d."isEnabled" FROM "PushDevice" d WHERE d.id = pd."pushDeviceId")
-              AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+            SET status = 'FAILED', "lastError" = w.refusal, "patientId" = w.patient_id, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            FROM waiting w
+            WHERE pd.id = w.id AND w.refusal IS NOT NULL
+              AND pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id
         )
         """
@@ -153,28 +188,40 @@ struct OutboxStore: Sendable {
         var attempts: Int = 1
     }
 
-    /// Fans out the events (their patients exist) and leases every sendable PENDING delivery of their
-    /// keys under `token`: one statement, atomic on its own. Returns the deliveries this worker now holds.
-    func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> [ClaimedDelivery] {
+    /// What a fan-out took: the deliveries this worker now holds, and the devices not sent to because another
+    /// registration speaks for their token.
+    struct FanOut: Sendable {
+        var deliveries: [ClaimedDelivery] = []
+        var skipped: [(eventKey: String, patientId: String, deviceId: String)] = []
+    }
+
+    /// Fans out the events (their patients exist) and leases every sendable PENDING delivery of them under `token`:
+    /// one statement, atomic on its own.
+    func fanOut(_ events: [FanOutRequest], token: LeaseToken, lease: Duration) async throws -> FanOut {
+        struct Event: Hashable { var key: String, patient: String }
         var keys: [String] = []
         var patients: [String] = []
         var retried: [String] = []
-        var seen = Set<String>()
-        for event in events where seen.insert(event.eventKey).inserted {
+        var seen = Set<Event>()
+        for event in events where seen.insert(Event(key: event.eventKey, patient: event.patientId)).inserted {
             keys.append(event.eventKey)
             patients.append(event.patientId)
             if event.attempts > 1 { retried.append(event.eventKey) }
         }
-        guard !keys.isEmpty else { return [] }
+        guard !keys.isEmpty else { return FanOut() }
         let rows = try await client.query(Self.fanOutQuery(keys: keys, patients: patients, token: token, lease: lease, retried: retried),
                                           settings: keyedSettings)
         let id = rows.column("id"), eventKey = rows.column("eventKey"), deviceId = rows.column("pushDeviceId"), deviceToken = rows.column("token")
-        let claimedAt = rows.column("claimed_at")
-        var deliveries: [ClaimedDelivery] = []
-        deliveries.reserveCapacity(rows.count)
+        let patientId = rows.column("patientId"), claimedAt = rows.column("claimed_at")
+        var result = FanOut()
+        result.deliveries.reserveCapacity(rows.count)
         // Every row's claimed_at is the statement's now(): read once, unless a row says otherwise.
         var lastClaimedAt: (text: String, date: Date)?
         for row in rows {
+            guard let deliveryId = row[id].optionalString() else {
+                result.skipped.append((try row[eventKey].string(), try row[patientId].string(), try row[deviceId].string()))
+                continue
+            }
             let cell = row[claimedAt]
             let text = try cell.string()
             let date: Date
@@ -182,9 +229,10 @@ struct OutboxStore: Sendable {
                 date = try cell.date()
                 lastClaimedAt = (text, date)
             }
-            deliveries.append(ClaimedDelivery(id: try row[id].string(), eventKey: try row[eventKey].string(), deviceId: try row[deviceId].string(),
-                                              token: try row[deviceToken].string(), claimedAt: date, lease: token))
+            result.deliveries.append(ClaimedDelivery(id: deliveryId, eventKey: try row[eventKey].string(), patientId: try row[patientId].string(),
+                                                     deviceId: try row[deviceId].string(), token: try row[deviceToken].string(),
+                                                     claimedAt: date, lease: token))
         }
-        return deliveries
+        return result
     }
 }

@@ -27,7 +27,7 @@ package enum PgbenchScript {
         let complete = OutboxStore.completeQuery(
             deliveries: variables.texts("dids"), kinds: variables.texts("dkinds"), details: variables.texts("names"), tokens: variables.texts("dtokens"),
             deliveryKeys: variables.texts("dkeys"), answeredAt: variables.doubles("answered"), maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
-            keys: variables.texts("keys"), delays: variables.doubles("delays"), errors: variables.optionalTexts("errs"),
+            keys: variables.texts("keys"), patients: variables.texts("pids"), delays: variables.doubles("delays"), errors: variables.optionalTexts("errs"),
             leases: variables.texts("etokens"), expected: variables.texts("expected"))
         return """
             SELECT \(batchSize) AS limit, 'pgbench' AS worker, gen_random_uuid()::text AS token, \(leaseSeconds) AS lease, \(maxAgeSeconds) AS maxage, \(maxAttempts) AS maxattempts \\gset

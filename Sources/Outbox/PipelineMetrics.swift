@@ -55,6 +55,18 @@ struct PipelineMetrics: Sendable {
         deliveries[DeliveryResultLabel.allCases.firstIndex(of: result)!].increment()
     }
 
+    /// `push_recipients_skipped_total{reason}` label values: why a device of an event's recipients was not sent to.
+    enum SkipReason: String, Sendable {
+        /// Another registration of the device's token was seen more recently (SPEC §3 "A token is one phone").
+        case tokenSuperseded = "token_superseded"
+    }
+
+    func recipientsSkipped(_ reason: SkipReason, count: Int) {
+        registry.counter("push_recipients_skipped_total",
+                         help: "Devices of an event's recipients not sent to, by reason (token_superseded: another registration of the token is newer).",
+                         labels: ["reason": reason.rawValue]).increment(by: Double(count))
+    }
+
     func tokenDisabled(_ reason: String) {
         registry.counter("push_tokens_disabled_total", help: "Devices disabled because FCM reported their token dead, by reason.",
                          labels: ["reason": reason]).increment()

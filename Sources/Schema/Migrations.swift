@@ -218,5 +218,20 @@ public enum Migrations {
             )
             """,
         ]),
+        // Who gets the push (SPEC §3, §2.2). A delivery names its event's patient: two patients' events can share a key
+        // (a `recordingGroupId` reused), and grouping, reclaim, settlement and resend are per (patient, key). A row the
+        // API's inline sender inserts during the cutover names only the seed's columns: it is a push already sent, so
+        // the default status is SENT (the worker always writes PENDING itself). A token's rows are found by token,
+        // newest registration last, so the fan-out can send only to the row that speaks for the phone.
+        Migration(version: 7, name: "deliveries name their patient; inline-sender rows are SENT; a token's newest registration", statements: [
+            """
+            ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "patientId" text
+            """,
+            """
+            ALTER TABLE "PushDelivery" ALTER COLUMN status SET DEFAULT 'SENT'
+            """,
+        ], concurrentIndexes: [
+            ConcurrentIndex("PushDevice_token_lastSeenAt_idx", on: #""PushDevice" (token, "lastSeenAt", id)"#),
+        ]),
     ]
 }

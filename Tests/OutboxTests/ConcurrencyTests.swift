@@ -56,7 +56,7 @@ struct ConcurrencyTests {
             _ = try await store.complete(.init(finished: [FinishedEvent(id: id, lease: claimedB[0].lease, status: .dead, reason: "from B")]),
                                          maxAttempts: 10)
             let late = try await store.complete(.init(settlements: [
-                EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: claimedA[0].lease, retryDelay: .seconds(1), error: "from A"),
+                EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: claimedA[0].lease, retryDelay: .seconds(1), error: "from A"),
             ]), maxAttempts: 10)
             #expect(late.eventStatuses.isEmpty)
             let row = try db.eventStatus(id)
@@ -79,7 +79,7 @@ struct ConcurrencyTests {
         let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
         let lease = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))[0].lease
         let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
-                                                lease: .seconds(60))
+                                                lease: .seconds(60)).deliveries
         return (db, store, id, lease, deliveries)
     }
 
@@ -90,7 +90,7 @@ struct ConcurrencyTests {
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out's commit, lost with the old primary
             let summary = try await store.complete(.init(
                 deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "projects/p/messages/1")) },
-                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil)]),
+                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil)]),
                 maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .pending)
             #expect(try db.eventStatus(id).status == "PENDING")
@@ -106,7 +106,7 @@ struct ConcurrencyTests {
             let answered = [Date(timeIntervalSinceNow: -90), Date(timeIntervalSinceNow: -30)]
             let summary = try await store.complete(.init(
                 deliveries: zip(deliveries, answered).map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m"), answeredAt: $1) },
-                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil,
+                settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil,
                                               deliveryIds: deliveries.map(\.id))]),
                 maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .done)
@@ -133,7 +133,7 @@ struct ConcurrencyTests {
             _ = try await store.complete(.init(deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
                                          maxAttempts: 10)
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out and the results, lost with the old primary
-            let settlement = EventSettlement(id: id, eventKey: "doseTaken:group-1", lease: lease, retryDelay: .seconds(1), error: nil,
+            let settlement = EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil,
                                              deliveryIds: deliveries.map(\.id))
             let summary = try await store.complete(.init(settlements: [settlement]), maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .pending)
@@ -142,11 +142,11 @@ struct ConcurrencyTests {
             let other = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "group-2"))
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!
             let sent = try await store.fanOut([.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease,
-                                              lease: .seconds(60))
+                                              lease: .seconds(60)).deliveries
             _ = try await store.complete(.init(deliveries: sent.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
                                          maxAttempts: 10)
             let done = try await store.complete(.init(settlements: [EventSettlement(
-                id: other, eventKey: "doseTaken:group-2", lease: second.lease, retryDelay: .seconds(1), error: nil, deliveryIds: sent.map(\.id))]),
+                id: other, eventKey: "doseTaken:group-2", patientId: "p1", lease: second.lease, retryDelay: .seconds(1), error: nil, deliveryIds: sent.map(\.id))]),
                 maxAttempts: 10)
             #expect(done.eventStatuses[other] == .done)
         }
@@ -173,14 +173,15 @@ struct ConcurrencyTests {
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             #expect(second.map(\.attempts) == [2])
             let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
-                                                    token: second[0].lease, lease: .seconds(60))
+                                                    token: second[0].lease, lease: .seconds(60)).deliveries
             #expect(deliveries.map(\.token) == ["token-new"])
             let rows = try db.connection.query(#"SELECT "pushDeviceId", status, "lastError" FROM "PushDelivery""#)
             let oldRow = try rows.first { try $0["pushDeviceId"].string() == old }
             #expect(try oldRow?["status"].string() == "FAILED")
             // The write `EventFate.reclaimed` calls for, as the fan-out statement made it.
             #expect(oldRow?["lastError"].optionalString() == EventFate.deviceDisabledBeforeSend)
-            #expect(EventFate.reclaimed(deviceEnabled: false) == .failed(reason: EventFate.deviceDisabledBeforeSend))
+            #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: true, speaksForToken: true)
+                == .failed(reason: EventFate.deviceDisabledBeforeSend))
         }
     }
 

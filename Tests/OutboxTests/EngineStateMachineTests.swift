@@ -16,7 +16,7 @@ struct EngineStateMachineTests {
         let event = ClaimedEvent(id: eventId, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: lease)
         let deliveries = (0..<devices).map { index in
-            ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, deviceId: "dev\(index)", token: "t\(index)", claimedAt: Date(), lease: lease)
+            ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, patientId: "p", deviceId: "dev\(index)", token: "t\(index)", claimedAt: Date(), lease: lease)
         }
         let (id, actions) = machine.open(events: [event], eventKey: key, deliveries: deliveries)
         #expect(actions.isEmpty == (devices > 0))
@@ -417,7 +417,7 @@ struct EngineStateMachineTests {
         let lease = Duration.seconds(6)
         let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: LeaseToken())
-        let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
+        let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", patientId: "p", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
                                                        lease: event.lease) }
         let (id, _) = machine.open(events: [event], eventKey: "k", deliveries: deliveries, leaseDeadline: start + lease)
         let sends = deliveries.map { PendingSend(group: id, delivery: $0, push: DoseTakenPush(

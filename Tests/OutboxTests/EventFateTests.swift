@@ -44,8 +44,13 @@ struct EventFateTests {
     }
 
     @Test func reclaimedAtFanOut_perDevice() {
-        #expect(EventFate.reclaimed(deviceEnabled: true) == .send)
-        #expect(EventFate.reclaimed(deviceEnabled: false) == .failed(reason: "device disabled before send"))
+        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: true) == .send)
+        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: true, speaksForToken: true) == .failed(reason: "device disabled before send"))
+        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: false, speaksForToken: true) == .failed(reason: EventFate.linkNotActiveBeforeSend))
+        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: false)
+            == .failed(reason: EventFate.tokenSupersededBeforeSend))
+        // The first reason that holds is the one written.
+        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: false, speaksForToken: false) == .failed(reason: "device disabled before send"))
     }
 
     /// (deliveries pending, attempts, max attempts) -> status.
@@ -75,11 +80,15 @@ struct EventFateTests {
     @Test func operatorCommands_ageRule() {
         #expect(EventFate.redrive(ageSeconds: 2 * 3600, maxAge: .seconds(86_400)) == .redrive)
         #expect(EventFate.redrive(ageSeconds: 30 * 3600, maxAge: .seconds(86_400)) == .skipPastMaxAge)
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true) == .resend)
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: false)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true, speaksForToken: true) == .resend)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: false, linkActive: true, speaksForToken: true)
             == .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)"))
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: false, deviceEnabled: false) == .skip(reason: "device deleted"))
-        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: false, deviceEnabled: false, linkActive: true, speaksForToken: true) == .skip(reason: "device deleted"))
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: false,
+                                 speaksForToken: true) == .skip(reason: "the caregiver's link to the patient is no longer ACTIVE"))
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true,
+                                 speaksForToken: false) == .skip(reason: "another registration of this token was seen more recently (the phone changed hands)"))
+        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true, speaksForToken: true)
             == .skip(reason: "event past EVENT_MAX_AGE (24.0h): it would only expire"))
     }
 

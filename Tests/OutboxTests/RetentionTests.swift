@@ -157,7 +157,7 @@ struct RetentionTests {
             for event in claimed {
                 _ = try await store.extendLeases(events: [(event.id, event.lease)], deliveries: [], lease: .seconds(60))
                 let summary = try await store.complete(.init(settlements: [
-                    EventSettlement(id: event.id, eventKey: "doseTaken:e\(event.id)", lease: event.lease, retryDelay: .seconds(1))
+                    EventSettlement(id: event.id, eventKey: "doseTaken:e\(event.id)", patientId: event.patientId, lease: event.lease, retryDelay: .seconds(1))
                 ]), maxAttempts: 10)
                 #expect(summary.eventStatuses[event.id] == .done)
             }

@@ -9,9 +9,10 @@ import Push
 struct Claimer: Sendable {
     let store: OutboxStore
     let configuration: DeliveryEngineConfiguration
+    let metrics: PipelineMetrics
     let logger: Logger
 
-    /// What one claim took: the groups to send (one per eventKey), the events finished without sending (too old, bad
+    /// What one claim took: the groups to send (one per patient and eventKey), the events finished without sending (too old, bad
     /// input), and how many events it claimed.
     struct Claim: Sendable {
         var groups: [EngineLoop.Claimed] = []
@@ -63,14 +64,16 @@ struct Claimer: Sendable {
                                                                   attempts: $0.claim.attempts) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
-            groups += self.groups(valid, result, leaseDeadline: leaseDeadline)
+            skipped(result.skipped)
+            groups += self.groups(valid, result.deliveries, leaseDeadline: leaseDeadline)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
             logger.notice("fan-out failed for a group of events; retrying them one at a time",
                           metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
             for (index, item) in valid.enumerated() {
                 do {
                     let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
-                    groups += self.groups([item], result, leaseDeadline: leaseDeadline)
+                    skipped(result.skipped)
+                    groups += self.groups([item], result.deliveries, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
                     finished.append(dead(item.claim, Self.reason(error)))
                 }
@@ -86,26 +89,39 @@ struct Claimer: Sendable {
         EventFate.refused(.fanOut, sqlState: error.sqlState, message: error.message)
     }
 
-    /// One group per eventKey with its sends, in claim order (normally one event per key). Each key is hashed once per
-    /// event and once per delivery; the events are read in place, never copied into buckets.
+    /// Devices the fan-out did not send to because another registration speaks for their token (SPEC §3): counted,
+    /// and logged at debug level (`event ID` shows them to operators).
+    private func skipped(_ skipped: [(eventKey: String, patientId: String, deviceId: String)]) {
+        guard !skipped.isEmpty else { return }
+        metrics.recipientsSkipped(.tokenSuperseded, count: skipped.count)
+        for skip in skipped {
+            logger.debug("device not sent to: another registration of its token was seen more recently",
+                         metadata: ["outbox.event_key": skip.eventKey, "device.id": skip.deviceId])
+        }
+    }
+
+    /// One group per event (patient and eventKey) with its sends, in claim order (normally one event per group; two
+    /// claimed rows of one patient and key share a group). Two patients' events that share a key (a reused
+    /// `recordingGroupId`) are two groups: each push carries its own patient's name and dose.
     private func groups(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], _ fanOut: [ClaimedDelivery],
                         leaseDeadline: ContinuousClock.Instant) -> [EngineLoop.Claimed] {
-        var groupOf: [String: Int] = [:]
+        struct Event: Hashable { var patientId: String, eventKey: String }
+        var groupOf: [Event: Int] = [:]
         groupOf.reserveCapacity(valid.count)
         var members: [[Int]] = []
         members.reserveCapacity(valid.count)
         for index in valid.indices {
-            let key = valid[index].event.eventKey
-            if let group = groupOf[key] {
+            let event = Event(patientId: valid[index].event.patientId, eventKey: valid[index].event.eventKey)
+            if let group = groupOf[event] {
                 members[group].append(index)
             } else {
-                groupOf[key] = members.count
+                groupOf[event] = members.count
                 members.append([index])
             }
         }
         var deliveries = [[ClaimedDelivery]](repeating: [], count: members.count)
         for delivery in fanOut {
-            if let group = groupOf[delivery.eventKey] { deliveries[group].append(delivery) }
+            if let group = groupOf[Event(patientId: delivery.patientId, eventKey: delivery.eventKey)] { deliveries[group].append(delivery) }
         }
 
         var result: [EngineLoop.Claimed] = []

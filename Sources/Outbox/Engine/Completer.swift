@@ -174,7 +174,7 @@ final class Completer: Sendable {
             return OutboxStore.Completion(releasedEvents: group.events.map { ($0.id, $0.lease) })
         }
         let settlements = group.events.map { event in
-            EventSettlement(id: event.id, eventKey: group.eventKey, lease: event.lease,
+            EventSettlement(id: event.id, eventKey: group.eventKey, patientId: event.patientId, lease: event.lease,
                             retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts,
                                                                        jitter: Backoff.jitter(seed: UInt64(bitPattern: event.id) &* 31 &+ UInt64(event.attempts))),
                                            group.retryFloor),

@@ -38,6 +38,8 @@ public struct ClaimedEvent: Sendable {
 public struct ClaimedDelivery: Sendable {
     public var id: String
     public var eventKey: String
+    /// The patient whose event this delivery carries (an event is its patient and key).
+    public var patientId: String
     public var deviceId: String
     public var token: String
     /// Database time when the delivery was leased (the send's start for the re-registration guard).
@@ -92,6 +94,8 @@ public struct FinishedEvent: Sendable {
 public struct EventSettlement: Sendable {
     public var id: Int64
     public var eventKey: String
+    /// The event's patient: only deliveries of this patient and key decide the event.
+    public var patientId: String
     public var lease: LeaseToken
     /// Delay before the next attempt if deliveries are still pending.
     public var retryDelay: Duration
@@ -101,9 +105,11 @@ public struct EventSettlement: Sendable {
     /// failover can lose the fan-out that inserted them and the writes that recorded them, and leave the claim).
     public var deliveryIds: [String]
 
-    public init(id: Int64, eventKey: String, lease: LeaseToken, retryDelay: Duration, error: String? = nil, deliveryIds: [String] = []) {
+    public init(id: Int64, eventKey: String, patientId: String, lease: LeaseToken, retryDelay: Duration, error: String? = nil,
+                deliveryIds: [String] = []) {
         self.id = id
         self.eventKey = eventKey
+        self.patientId = patientId
         self.lease = lease
         self.retryDelay = retryDelay
         self.error = error
@@ -155,7 +161,7 @@ final class PendingSend: Sendable {
     }
 }
 
-/// Identifies the events of one claim that share an eventKey (normally one event).
+/// Identifies the events of one claim that share a patient and an eventKey (normally one event).
 struct EventGroupID: Hashable, Sendable {
     var raw: Int
 }
