@@ -10,8 +10,9 @@ struct StatusCommand: OperatorCommand {
     static let help = """
         Usage: medication-worker status [--json]
 
-        Counts the outbox by status (due now, oldest pending), deliveries and device disables of the last
-        hour, table sizes, and lists the live `run` instances (host, pid, version, started, last heartbeat).
+        Counts the outbox by status (due now, oldest pending), deliveries of the last hour (the SENT ones
+        the API's inline sender wrote during the cutover shown apart: never pending, never sent again),
+        device disables of the last hour, table sizes, and lists the live `run` instances (host, pid, version, started, last heartbeat).
         Cheap: aggregate queries over small partial indexes. Next: `events --status DEAD` for what died,
         `event ID` for one event.
 
@@ -26,6 +27,8 @@ struct StatusCommand: OperatorCommand {
         var duePending: Int
         var oldestPendingSeconds: Double?
         var recentDeliveries: [DeliveryStatus: Int]
+        /// Of the SENT ones, rows the API's inline sender wrote (the cutover, SPEC §2.2): 0 once every API instance enqueues.
+        var recentInline: Int
         var recentDisabled: Int
         var outboxBytes: Int
         var deliveryBytes: Int
@@ -40,7 +43,7 @@ struct StatusCommand: OperatorCommand {
                 "outbox events:   pending \(events[.pending] ?? 0) (due now \(duePending)), done \(events[.done] ?? 0), "
                     + "dead \(events[.dead] ?? 0), expired \(events[.expired] ?? 0)",
                 "oldest pending:  \(CommandValues.age(oldestPendingSeconds))",
-                "deliveries (1h): sent \(recentDeliveries[.sent] ?? 0), failed \(recentDeliveries[.failed] ?? 0), "
+                "deliveries (1h): sent \(recentDeliveries[.sent] ?? 0) (by the API's inline sender \(recentInline)), failed \(recentDeliveries[.failed] ?? 0), "
                     + "pending \(recentDeliveries[.pending] ?? 0); devices disabled (1h): \(recentDisabled)",
                 #"table sizes:     "PushOutbox" \#(size(outboxBytes)), "PushDelivery" \#(size(deliveryBytes))"#,
                 "oldest finished: \(CommandValues.age(oldestFinishedSeconds)) (pruned after OUTBOX_RETENTION)",
@@ -66,6 +69,7 @@ struct StatusCommand: OperatorCommand {
                 "duePending": .number(Double(duePending)),
                 "oldestPendingSeconds": oldestPendingSeconds.map(JSONValue.number) ?? .null,
                 "deliveriesLastHour": counts(recentDeliveries),
+                "inlineSentLastHour": .number(Double(recentInline)),
                 "devicesDisabledLastHour": .number(Double(recentDisabled)),
                 "tableBytes": .object(["PushOutbox": .number(Double(outboxBytes)), "PushDelivery": .number(Double(deliveryBytes))]),
                 "oldestFinishedSeconds": oldestFinishedSeconds.map(JSONValue.number) ?? .null,
@@ -93,10 +97,12 @@ struct StatusCommand: OperatorCommand {
         FROM "PushOutbox" WHERE status = 'PENDING'
         """
 
-    /// Deliveries of the last hour by status, and devices disabled in it.
+    /// Deliveries of the last hour by status, the SENT ones the API's inline sender wrote (it leaves "sentAt" empty; the
+    /// worker always writes it), and devices disabled in it.
     static let recentQuery: PostgresQuery = """
         SELECT (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'PENDING') AS pending,
                (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT') AS sent,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT' AND "sentAt" IS NULL) AS inline,
                (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'FAILED') AS failed,
                (SELECT count(*) FROM "PushDeviceDisabled" WHERE "disabledAt" > now() - interval '1 hour') AS disabled
         """
@@ -120,7 +126,7 @@ struct StatusCommand: OperatorCommand {
                     events: events, duePending: try pending["due"].int(),
                     oldestPendingSeconds: pending["oldest"].isNull ? nil : try pending["oldest"].double(),
                     recentDeliveries: [.pending: try recent["pending"].int(), .sent: try recent["sent"].int(), .failed: try recent["failed"].int()],
-                    recentDisabled: try recent["disabled"].int(),
+                    recentInline: try recent["inline"].int(), recentDisabled: try recent["disabled"].int(),
                     outboxBytes: try sizes["outbox"].int(), deliveryBytes: try sizes["delivery"].int(),
                     oldestFinishedSeconds: sizes["oldest_finished"].isNull ? nil : try sizes["oldest_finished"].double(),
                     instances: try LiveInstances.list(connection))
