@@ -18,15 +18,20 @@ public struct FCMConfiguration: Sendable {
     /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s
     /// (SPEC §3). Shorter only in tests.
     public var quotaPause: Duration
+    /// A send held through a pause for longer than this is given back instead of sent (`.notSent`): its event is
+    /// claimed again and its recipients are decided anew (SPEC §3 "Recipients are decided when the push leaves": a
+    /// link revoked or a phone that changed hands during an outage). Waits for the send rate alone never count.
+    public var maxHeldThroughPause: Duration
 
     public init(serviceAccount: ServiceAccount, baseURL: String = "https://fcm.googleapis.com",
                 http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15)), maxSendsPerSecond: Double? = nil,
-                quotaPause: Duration = .seconds(60)) {
+                quotaPause: Duration = .seconds(60), maxHeldThroughPause: Duration = .seconds(30)) {
         self.serviceAccount = serviceAccount
         self.baseURL = baseURL
         self.http = http
         self.maxSendsPerSecond = maxSendsPerSecond
         self.quotaPause = quotaPause
+        self.maxHeldThroughPause = maxHeldThroughPause
     }
 }
 
@@ -36,6 +41,7 @@ public final class FCMSender: PushSender {
     package let tokens: AccessTokenProvider
     private let endpoint: String
     private let logger: Logger
+    private let maxHeldThroughPause: Duration
     private let duration: Histogram
     private let now: @Sendable () -> Date
     /// The request headers for the current access token, built once per token (not per send).
@@ -59,6 +65,7 @@ public final class FCMSender: PushSender {
         gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), budget: configuration.maxSendsPerSecond,
                         logger: logger, metrics: metrics, onHealth: onHealth, onResume: { mismatches.recovered() })
         quotaPause = configuration.quotaPause
+        maxHeldThroughPause = configuration.maxHeldThroughPause
         wrongKeyReason = "SENDER_ID_MISMATCH from most devices: the service account (project \(configuration.serviceAccount.projectId)) "
             + "is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
         http = try HTTPClient(configuration: configuration.http)
@@ -95,8 +102,17 @@ public final class FCMSender: PushSender {
     }
 
     public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
+        let submitted = ContinuousClock.now
+        let pausesBefore = gate.pausesBegun
         gate.submit(SendGate.Held(
-            run: { [self] ticket in begin(push, ticket: ticket, completion) },
+            run: { [self] ticket in
+                if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxHeldThroughPause {
+                    gate.abandoned(ticket: ticket)
+                    completion(.notSent(reason: "held through an FCM pause; its recipients are checked again on the next claim"))
+                    return
+                }
+                begin(push, ticket: ticket, completion)
+            },
             drop: { completion(.notSent(reason: "held while sending was paused for an FCM fault; not transmitted")) }))
     }
 

@@ -47,6 +47,8 @@ final class SendGate: Sendable {
     private let rateLimit: Gauge
     private let quotaExceeded: Counter
     private let rateWaits: Counter
+    /// Pauses begun so far: a send that saw this change while it waited was held through a pause.
+    private let pauses = Atomic<Int>(0)
 
     /// `threshold`: consecutive overload/connection faults that open a pause. `onResume` hears that a probe succeeded
     /// and sending resumed, before the held sends go out. `budget` is this instance's share of the project's sends per
@@ -110,6 +112,9 @@ final class SendGate: Sendable {
         return nil
     }
 
+    /// Pauses begun so far (compare two readings to learn whether a pause came between them).
+    var pausesBegun: Int { pauses.load(ordering: .relaxed) }
+
     /// Answers every held send without transmitting it (stop).
     /// The send with `ticket` ended without an answer (cancelled, the client shut down): a probe is replaced.
     func abandoned(ticket: UInt64) {
@@ -148,7 +153,9 @@ final class SendGate: Sendable {
     private func report(_ report: Machine.Report) {
         switch report {
         case .health(let health): onHealth(health)
-        case .paused(let isPaused): paused.set(isPaused ? 1 : 0)
+        case .paused(let isPaused):
+            paused.set(isPaused ? 1 : 0)
+            if isPaused { pauses.add(1, ordering: .relaxed) }
         case .rateLimit(let cap): rateLimit.set(cap)
         case .fault(let kind): faults[kind]?.increment()
         case .quotaAnswer: quotaExceeded.increment()

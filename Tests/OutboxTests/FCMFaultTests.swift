@@ -71,6 +71,48 @@ struct FCMFaultTests {
         }
     }
 
+    /// FCM is down (503) when ten doses are recorded, and the patient revokes the caregiver while the pushes wait: the
+    /// sends held through the pause are given back and their recipients decided anew, so none of them reaches the
+    /// revoked caregiver once FCM answers again (SPEC §3 "Recipients are decided when the push leaves").
+    @Test func aLinkRevokedDuringAnOutage_heldSendsDoNotGoOutWhenFCMRecovers() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let health = Mutex<[FCMHealth]>([])
+            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } },
+                                         configure: { $0.maxHeldThroughPause = .seconds(1) }) { sender, emulator in
+                let db = try Fixtures(conninfo)
+                try db.caredForPatient(tokens: ["token-a"])
+                try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "first"))
+                emulator.setProjectFault(.unavailable(retryAfterSeconds: 1))
+                let stop = StopSignal()
+                let engine = Self.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
+                let running = Task { await engine.run(until: stop) }
+                try await eventually("the engine pauses for the outage", timeout: .seconds(30)) {
+                    health.withLock { $0.contains { if case .paused = $0 { true } else { false } } }
+                }
+                // Doses recorded during the outage: claimed and fanned out while the link is ACTIVE, then held.
+                for group in 0..<9 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                try await eventually("the ten events are fanned out", timeout: .seconds(30)) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery""#)[0]["n"].int() == 10
+                }
+                try db.connection.query(#"UPDATE "CaregiverPatientLink" SET status = 'REVOKED'"#)
+                try await Task.sleep(for: .milliseconds(1500))  // every held send is now older than maxHeldThroughPause
+                emulator.setProjectFault(nil)
+                try await eventually("all ten events are DONE", timeout: .seconds(30)) {
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 10
+                }
+                stop.request(grace: .seconds(5))
+                await running.value
+                #expect(emulator.stats.distinctAccepted == 0)
+                let deliveries = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)
+                #expect(deliveries.count == 10)
+                for row in deliveries {
+                    #expect(try row["status"].string() == "FAILED")
+                    #expect(row["lastError"].optionalString() == EventFate.linkNotActiveBeforeSend)
+                }
+            }
+        }
+    }
+
     /// Google refuses the service account from before the engine starts (400 invalid_grant): nothing FAILED or
     /// disabled, token requests stay within 10 a minute; once Google accepts it again, every push goes out once.
     @Test func tokenEndpointRefusingFromTheStart_failsNothing_andDeliversOnceItAccepts() async throws {

@@ -122,6 +122,7 @@ func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout De
 
 /// A real `FCMSender` against the loopback emulator over TLS, torn down on every path.
 func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
+                        configure: (inout FCMConfiguration) -> Void = { _ in },
                         _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
     let fixtures = TLSFixtures.shared
     let keys = try fixtures.rsaKeyPair()
@@ -130,9 +131,11 @@ func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FC
     let emulator = try FCMEmulator(configuration: configuration)
     defer { emulator.stop() }
     let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
+    var fcm = FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
+                               http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile))
+    configure(&fcm)
     let sender = try FCMSender(
-        configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
-                                        http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)),
+        configuration: fcm,
         logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry(), onHealth: onHealth)
     defer { sender.shutdown() }
     try await body(sender, emulator)
