@@ -24,7 +24,14 @@ struct OutboxCommandTests {
             #expect(preview.json["dryRun"] == .bool(true))
             #expect(try rig.scalar(#"SELECT string_agg(status, ',' ORDER BY id) FROM "PushOutbox""#) == "DEAD,DEAD")
 
-            let text = try await rig.run("redrive")
+            // Issue 45: without a scope it refuses (a dry run may preview everything).
+            let bare = try await rig.json("redrive")
+            #expect(bare.status == 64)
+            #expect(bare.json["error"]?["message"]?.stringValue?.contains("redrive needs --all, --event ID or --since DURATION") == true)
+            #expect(try rig.scalar(#"SELECT string_agg(status, ',' ORDER BY id) FROM "PushOutbox""#) == "DEAD,DEAD")
+            #expect(try await rig.json("redrive", "--all", "--since", "1h").status == 64)
+
+            let text = try await rig.run("redrive", "--all")
             #expect(text.status == 0)
             #expect(text.output.contains("redriven 1 event(s): \(new)"))
             #expect(text.output.contains("skipped 1 past EVENT_MAX_AGE (24.0h): \(old)"))
@@ -195,7 +202,7 @@ struct OutboxCommandTests {
     @Test func databaseCommands_withoutDatabaseURL_exit78NamingIt() async throws {
         for name in ["status", "events", "redrive"] {
             let type = try #require(CommandRunner.command(named: name))
-            let arguments = name == "events" ? ["--status", "DEAD", "--json"] : ["--json"]
+            let arguments = name == "events" ? ["--status", "DEAD", "--json"] : name == "redrive" ? ["--all", "--json"] : ["--json"]
             let result = await CommandRunner.execute(type, arguments: arguments, environment: ["EVENT_MAX_AGE": "24h"])
             #expect(result.status == 78)
             #expect(JSONValue.parse(result.output)?["error"]?["setting"] == .string("DATABASE_URL"))
