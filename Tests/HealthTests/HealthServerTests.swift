@@ -110,7 +110,9 @@ struct HealthServerTests {
     @Test func post_isRejected() async throws {
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
         defer { server.stop() }
-        #expect(try await get(server.port, "/healthz", method: "POST").status == 405)
+        let refused = try await get(server.port, "/healthz", method: "POST")
+        #expect(refused.status == 405)
+        #expect(refused.headers["allow"] == "GET, HEAD")
     }
 
     /// Issue 45: the method and any body are judged from the headers, on libmicrohttpd's first callback. An endless

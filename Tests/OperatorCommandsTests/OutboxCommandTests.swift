@@ -275,6 +275,20 @@ struct OutboxCommandTests {
         }
     }
 
+    /// Issue 45: the help says what the commands now do (redrive's scope, status's estimate, event's computed key).
+    @Test func help_describesTheScopeTheEstimateAndTheComputedKey() async throws {
+        func help(_ name: String) async throws -> String {
+            await CommandRunner.execute(try #require(CommandRunner.command(named: name)), arguments: ["--help"], environment: [:]).output
+        }
+        let redrive = try await help("redrive")
+        #expect(redrive.hasPrefix("Usage: medication-worker redrive (--all | --event ID | --since DURATION) [--dry-run] [--json]"))
+        #expect(redrive.contains("--all             Every DEAD event younger than EVENT_MAX_AGE."))
+        let status = try await help("status")
+        #expect(status.contains("DONE is\ncounted while the table's statistics put it under 100,000 rows"), "\(status)")
+        #expect(!status.contains("small partial indexes"))
+        #expect(try await help("event").contains("it is computed from\nthe payload as the claim computes it"))
+    }
+
     @Test func databaseCommands_withoutDatabaseURL_exit78NamingIt() async throws {
         for name in ["status", "events", "redrive"] {
             let type = try #require(CommandRunner.command(named: name))
