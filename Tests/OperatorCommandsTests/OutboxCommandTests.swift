@@ -241,6 +241,14 @@ struct OutboxCommandTests {
             #expect(byTime.json["event"]?["id"] == .number(Double(expired)))
             #expect(try await rig.json("event", "doseTaken:p1:2026-02-11:evening:19:04").status == 1)
             #expect(try await rig.json("event", "doseTaken:nothing").status == 1)
+
+            // DEAD at claim for bad input: no key can be computed, and the text says why.
+            let bad = try Int64(rig.connection.query("""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "lastError")
+                VALUES ('DOSE_TAKEN', 'p1', '{"slot":"brunch"}', 'DEAD', 'bad input') RETURNING id
+                """)[0]["id"].int())
+            #expect(try await rig.run("event", "\(bad)").output.contains("  key:        (none: the payload is not a valid DOSE_TAKEN event)"))
+            #expect(try await rig.json("event", "\(bad)").json["event"]?["computedEventKey"] == .null)
         }
     }
 
