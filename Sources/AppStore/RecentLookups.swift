@@ -46,10 +46,13 @@ final class AppStoreReadiness: Sendable {
     private let reasons = Mutex<(key: String?, lookups: String?)>((nil, nil))
     private let report: @Sendable (String?) -> Void
 
+    /// `report` hears the reason `/readyz` shows (nil: ok) each time it changes.
     init(report: @escaping @Sendable (String?) -> Void) { self.report = report }
 
+    /// Apple refuses our key (why), or accepts it again (nil).
     func key(_ reason: String?) { update { $0.key = reason } }
 
+    /// Every recent lookup failed (how), or one succeeded (nil).
     func lookups(_ reason: String?) { update { $0.lookups = reason } }
 
     private func update(_ change: (inout (key: String?, lookups: String?)) -> Void) {

@@ -58,6 +58,7 @@ public struct HTTPServerOptions: Sendable {
         case epoll
     }
 
+    /// How connections are served (a thread each by default).
     public var threading: Threading
     /// A connection idle this long (seconds) is closed, a request still arriving included.
     public var connectionTimeoutSeconds: Int
@@ -69,6 +70,7 @@ public struct HTTPServerOptions: Sendable {
     /// sent at once and the body is never read (nil: read the body, then call the handler).
     public var screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)?
 
+    /// The emulator's and fakes' defaults unless told otherwise: a thread per connection, 120 s, no limits, no screen.
     public init(threading: Threading = .threadPerConnection, connectionTimeoutSeconds: Int = 120, connectionLimit: Int? = nil,
                 perIPConnectionLimit: Int? = nil, screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)? = nil) {
         self.threading = threading
