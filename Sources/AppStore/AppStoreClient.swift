@@ -188,7 +188,10 @@ public struct AppStoreClient: Sendable {
 
     /// Apple's Retry-After on a 429 is a UNIX time in milliseconds.
     static func retryAt(_ response: HTTPResponse) -> Date? {
-        response.headers["retry-after"].flatMap(Double.init).map { Date(timeIntervalSince1970: $0 / 1000) }
+        // Range-checked like a signedDate: a value no clock can hold would trap where it is logged as an integer.
+        response.headers["retry-after"].flatMap(Double.init).flatMap {
+            SignedTransactionVerifier.signedDateRange.contains($0) ? Date(timeIntervalSince1970: $0 / 1000) : nil
+        }
     }
 
     static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }

@@ -16,6 +16,8 @@ public final class EntitlementContext: Sendable {
     let store: EntitlementStore
     let pacers: [AppStoreEnvironment: RatePacer]
     let keyFaults: KeyFaults
+    /// The latest lookups' results: `/readyz` `app_store` says when every one failed.
+    let recentLookups: RecentLookups
     let logger: Logger
     let metrics: MetricsRegistry
     let revokedTotal: Counter
@@ -24,8 +26,8 @@ public final class EntitlementContext: Sendable {
 
     /// `database` (4 connections suffice) runs the row statements, `leaseConnection` (1) the lease renewals, so a busy
     /// pass never delays a renewal; `http` is sized by `EntitlementRechecker.httpConfiguration(for:)`. The caller owns
-    /// all three and closes them after the services returned. `onKeyStatus` hears when Apple starts or stops refusing
-    /// our key (nil: accepted everywhere), for `/readyz` `app_store`.
+    /// all three and closes them after the services returned. `onKeyStatus` hears, for `/readyz` `app_store`, when Apple
+    /// starts or stops refusing our key, or when every recent lookup failed (the reason; nil: all well again).
     public init(configuration: AppStoreConfiguration, database: PostgresClient, leaseConnection: PostgresClient, http: HTTPClient,
                 logger: Logger, metrics: MetricsRegistry, now: @escaping @Sendable () -> Date = Date.init,
                 onKeyStatus: @escaping @Sendable (String?) -> Void = { _ in }) {
@@ -35,7 +37,9 @@ public final class EntitlementContext: Sendable {
         verifier = SignedTransactionVerifier(roots: configuration.roots)
         store = EntitlementStore(database: database, lockConnection: leaseConnection)
         pacers = Dictionary(uniqueKeysWithValues: EntitlementRechecker.environments.map { ($0, RatePacer(rate: configuration.rate($0))) })
-        keyFaults = KeyFaults(first: configuration.keyRefusedBackoff, logger: logger, onStatus: onKeyStatus)
+        let readiness = AppStoreReadiness(report: onKeyStatus)
+        keyFaults = KeyFaults(first: configuration.keyRefusedBackoff, logger: logger, onStatus: { readiness.key($0) })
+        recentLookups = RecentLookups(onStatus: { readiness.lookups($0) })
         self.logger = logger
         self.metrics = metrics
         revokedTotal = metrics.counter("entitlements_revoked_total", help: "Entitlements revoked after a verified refund or revocation.")

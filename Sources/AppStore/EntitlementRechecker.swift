@@ -73,7 +73,10 @@ public final class EntitlementRechecker: Service {
     func count(_ result: String, increment: Bool = true, by amount: Int = 1) {
         let counter = context.metrics.counter("entitlement_checks_total", help: "Entitlement re-checks by result (refusal reasons included).",
                                       labels: ["result": result])
-        if increment { counter.increment(by: Double(amount)) }
+        if increment {
+            counter.increment(by: Double(amount))
+            for _ in 0..<min(amount, RecentLookups.window) { context.recentLookups.record(result) }
+        }
     }
 
     var backoffCap: Duration { context.configuration.failureBackoffCap ?? context.configuration.recheckInterval }

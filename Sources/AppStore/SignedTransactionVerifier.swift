@@ -92,6 +92,9 @@ public struct SignedTransactionVerifier: Sendable {
 
     /// Checks a compact JWS Apple signed (ES256, x5c chain of three to a configured root with Apple's OIDs, valid
     /// at the payload's `signedDate`, signature by the leaf) and returns its payload; used for transactions and notifications.
+    /// The `signedDate`s (UNIX milliseconds) a payload may carry: 1970 to the end of year 9999.
+    static let signedDateRange: ClosedRange<Double> = 0...253_402_300_799_999
+
     func verifiedPayload(_ jws: String) throws(Refusal) -> (payload: JSONValue, signedDate: Date) {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let payloadData = Base64URL.decode(parts[1]),
@@ -109,8 +112,10 @@ public struct SignedTransactionVerifier: Sendable {
             }
             chain.append(certificate)
         }
+        // `signedDate` is read before the signature is checked (the chain is judged at that instant): an attacker's
+        // value, range-checked before anything converts it (a huge one trapped in `time_t(...)`).
         guard let payload = JSONValue.parse(bytes: payloadData), payload.objectValue != nil,
-              let signedMillis = payload["signedDate"]?.numberValue else {
+              let signedMillis = payload["signedDate"]?.numberValue, Self.signedDateRange.contains(signedMillis) else {
             throw .malformedPayload
         }
         let signedDate = Date(timeIntervalSince1970: signedMillis / 1000)

@@ -9,12 +9,24 @@
 
 /* Typed wrappers for libmicrohttpd's variadic calls (Swift cannot call C variadics). */
 
-/* Starts a daemon bound to exactly `addr`; TLS (GnuTLS inside libmicrohttpd) when key and cert are given. */
+/* Starts a daemon bound to exactly `addr`; TLS (GnuTLS inside libmicrohttpd) when key and cert are given.
+   `connection_limit` and `per_ip_limit` of 0 leave libmicrohttpd's defaults (FD_SETSIZE-ish and no per-IP limit):
+   "MHD_OPTION_CONNECTION_LIMIT: maximum number of concurrent connections to accept";
+   "MHD_OPTION_PER_IP_CONNECTION_LIMIT: limit on the number of (concurrent) connections made to the server from the
+   same IP address" (microhttpd.h). Connections over either limit are closed as soon as they are accepted. */
 static inline struct MHD_Daemon *mw_mhd_start(unsigned int flags, const struct sockaddr *addr,
                                               MHD_AccessHandlerCallback handler, void *handler_cls,
                                               MHD_RequestCompletedCallback completed, void *completed_cls,
                                               MHD_NotifyConnectionCallback notify, void *notify_cls,
-                                              const char *tls_key, const char *tls_cert) {
+                                              const char *tls_key, const char *tls_cert,
+                                              unsigned int timeout_seconds, unsigned int connection_limit,
+                                              unsigned int per_ip_limit) {
+    struct MHD_OptionItem options[8];
+    size_t count = 0;
+    options[count++] = (struct MHD_OptionItem) { MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds, NULL };
+    if (connection_limit > 0) options[count++] = (struct MHD_OptionItem) { MHD_OPTION_CONNECTION_LIMIT, connection_limit, NULL };
+    if (per_ip_limit > 0) options[count++] = (struct MHD_OptionItem) { MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit, NULL };
+    options[count] = (struct MHD_OptionItem) { MHD_OPTION_END, 0, NULL };
     if (tls_key != NULL && tls_cert != NULL) {
         return MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL, handler, handler_cls,
                                 MHD_OPTION_SOCK_ADDR, addr,
@@ -22,14 +34,14 @@ static inline struct MHD_Daemon *mw_mhd_start(unsigned int flags, const struct s
                                 MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                                 MHD_OPTION_HTTPS_MEM_KEY, tls_key,
                                 MHD_OPTION_HTTPS_MEM_CERT, tls_cert,
-                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 120,
+                                MHD_OPTION_ARRAY, options,
                                 MHD_OPTION_END);
     }
     return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 120,
+                            MHD_OPTION_ARRAY, options,
                             MHD_OPTION_END);
 }
 
@@ -46,6 +58,11 @@ static inline int mw_mhd_tls_supported(void) {
 /* Flags the Swift side needs as plain integers. */
 static inline unsigned int mw_mhd_flags_threaded(int ipv6) {
     return MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (ipv6 ? MHD_USE_IPv6 : 0);
+}
+/* One internal thread polling every connection with epoll: a connection costs a descriptor, not a thread.
+   For handlers that never block (the health endpoint). */
+static inline unsigned int mw_mhd_flags_epoll(int ipv6) {
+    return MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | (ipv6 ? MHD_USE_IPv6 : 0);
 }
 static inline int mw_mhd_is_connection_started(enum MHD_ConnectionNotificationCode code) {
     return code == MHD_CONNECTION_NOTIFY_STARTED;

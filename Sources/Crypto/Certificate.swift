@@ -65,7 +65,12 @@ public final class Certificate: Sendable {
         guard X509_STORE_CTX_init(context, store, leaf.raw, untrusted) == 1 else {
             throw CryptoError.openSSL(.chainInvalid, "X509_STORE_CTX_init")
         }
-        X509_VERIFY_PARAM_set_time(X509_STORE_CTX_get0_param(context), time_t(time.timeIntervalSince1970))
+        // time_t(...) traps on a value it cannot hold (a NaN, 1e300): refuse it as an invalid chain instead.
+        let seconds = time.timeIntervalSince1970
+        guard seconds.isFinite, seconds >= -62_135_596_800, seconds <= 253_402_300_799 else {
+            throw CryptoError(.chainInvalid, "the verification time is out of range")
+        }
+        X509_VERIFY_PARAM_set_time(X509_STORE_CTX_get0_param(context), time_t(seconds))
         guard X509_verify_cert(context) == 1 else {
             let code = X509_STORE_CTX_get_error(context)
             ERR_clear_error()

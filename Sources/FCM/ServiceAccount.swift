@@ -34,8 +34,27 @@ public struct ServiceAccount: Sendable {
         public var errors: [FCMError]
     }
 
+    /// What is wrong with a `token_uri`, or nil. The signed assertion (good for an hour) and the access token it buys
+    /// travel to it, so it is https, as FCM_BASE_URL is; plain http only to a loopback address (an emulator).
+    static func tokenURIProblem(_ text: String) -> String? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
+              scheme == "https" || scheme == "http" else { return "is not an https URL" }
+        if scheme == "http" && !isLoopback(host) {
+            return "must be an https URL (plain http only to a loopback address), got http://\(host.prefix(80))"
+        }
+        return nil
+    }
+
+    /// `localhost`, 127.0.0.0/8 or ::1.
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        if bare.lowercased() == "localhost" || bare == "::1" { return true }
+        let octets = bare.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+
     /// Parses service-account JSON and checks every field FCM needs: `type`, `project_id`, `client_email`,
-    /// `token_uri` (an http(s) URL) and `private_key` (a PEM RSA private key); returns every problem found.
+    /// `token_uri` (https, or http to a loopback address) and `private_key` (a PEM RSA private key); returns every problem found.
     public static func check(_ data: Data, source: String) -> Result<ServiceAccount, Problems> {
         guard let object = JSONValue.parse(bytes: data), object.objectValue != nil else {
             return .failure(Problems(errors: [FCMError(.invalidServiceAccount, "\(source): not a JSON object")]))
@@ -54,8 +73,8 @@ public struct ServiceAccount: Sendable {
         let projectId = field("project_id")
         let clientEmail = field("client_email")
         var tokenURI = field("token_uri")
-        if let text = tokenURI, URL(string: text).map({ ($0.scheme == "https" || $0.scheme == "http") && $0.host != nil }) != true {
-            problems.append(FCMError(.invalidServiceAccount, "\(source): field \"token_uri\" is not an http(s) URL"))
+        if let text = tokenURI, let problem = tokenURIProblem(text) {
+            problems.append(FCMError(.invalidServiceAccount, "\(source): field \"token_uri\" \(problem)"))
             tokenURI = nil
         }
         var key: PrivateKey?

@@ -3,8 +3,8 @@ import FoundationEssentials
 import Glibc
 import Synchronization
 
-/// An HTTP/1.1 server over libmicrohttpd (the only importer of it): thread per connection,
-/// optional TLS. Used by the health endpoint, the FCM emulator and the test fakes.
+/// An HTTP/1.1 server over libmicrohttpd (the only importer of it): thread per connection or one
+/// epoll thread (`HTTPServerOptions`), optional TLS. Used by the health endpoint, the FCM emulator and the test fakes.
 ///
 /// `@unchecked Sendable` because it owns a C handle: the `MHD_Daemon` pointer and the counters
 /// beside it are read and written only under `lock`; libmicrohttpd's own threads reach `self`
@@ -17,6 +17,7 @@ public final class HTTPServer: @unchecked Sendable {
     private var daemon: OpaquePointer?
     private var accepted = 0
     fileprivate let handler: Handler
+    fileprivate let screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)?
     /// Keeps PEM strings alive as long as the daemon might read them.
     private let tlsStrings: (key: UnsafeMutablePointer<CChar>, cert: UnsafeMutablePointer<CChar>)?
     /// The bound port.
@@ -24,8 +25,10 @@ public final class HTTPServer: @unchecked Sendable {
     public let host: String
 
     /// Starts listening at once; port 0 picks a free port.
-    public init(host: String = "127.0.0.1", port: UInt16 = 0, tls: TLSIdentity? = nil, handler: @escaping Handler) throws(HTTPServerError) {
+    public init(host: String = "127.0.0.1", port: UInt16 = 0, tls: TLSIdentity? = nil, options: HTTPServerOptions = HTTPServerOptions(),
+                handler: @escaping Handler) throws(HTTPServerError) {
         self.handler = handler
+        screen = options.screen
         self.host = host
         if let tls {
             guard mw_mhd_tls_supported() != 0 else { throw HTTPServerError("libmicrohttpd was built without TLS support") }
@@ -36,12 +39,15 @@ public final class HTTPServer: @unchecked Sendable {
         let context = Unmanaged.passUnretained(self).toOpaque()
         let strings = tlsStrings
         let isV6 = host.contains(":")
+        let flags = options.threading == .epoll ? mw_mhd_flags_epoll(isV6 ? 1 : 0) : mw_mhd_flags_threaded(isV6 ? 1 : 0)
+        let limits = (timeout: UInt32(clamping: options.connectionTimeoutSeconds), total: UInt32(clamping: options.connectionLimit ?? 0),
+                      perIP: UInt32(clamping: options.perIPConnectionLimit ?? 0))
         // One start call for either address family; only the sockaddr differs.
         func start<Address>(_ address: inout Address) -> OpaquePointer? {
             withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    mw_mhd_start(mw_mhd_flags_threaded(isV6 ? 1 : 0), $0, accessHandler, context, requestCompleted, nil,
-                                 connectionNotified, context, strings?.key, strings?.cert)
+                    mw_mhd_start(flags, $0, accessHandler, context, requestCompleted, nil, connectionNotified, context,
+                                 strings?.key, strings?.cert, limits.timeout, limits.total, limits.perIP)
                 }
             }
         }
@@ -115,6 +121,14 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
                            _ uploadSize: UnsafeMutablePointer<Int>?, _ state: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
     guard let state, let connection else { return mw_mhd_no() }
     guard let existing = state.pointee else {
+        // The first call comes with the request line and headers only: a screened request is answered here, before
+        // a byte of its body is read ("the access handler may queue a response on the first call", microhttpd.h);
+        // libmicrohttpd then closes the connection instead of reading the rest.
+        if let screen = server(cls).screen {
+            let head = HTTPServerRequest(method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
+                                         headers: values(connection, mw_mhd_header_kind(), lowercase: true))
+            if let response = screen(head) { return respond(connection, response) }
+        }
         state.pointee = Unmanaged.passRetained(PendingRequest()).toOpaque()
         return mw_mhd_yes()
     }
@@ -133,7 +147,11 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
                                     query: values(connection, mw_mhd_query_kind(), lowercase: false),
                                     headers: values(connection, mw_mhd_header_kind(), lowercase: true),
                                     body: pending.body)
-    let response = server(cls).handler(request)
+    return respond(connection, server(cls).handler(request))
+}
+
+/// Queues `response` on `connection`.
+private func respond(_ connection: OpaquePointer, _ response: HTTPServerResponse) -> MHD_Result {
     let names = response.headers.keys.map { strdup($0) }
     let headerValues = response.headers.keys.map { strdup(response.headers[$0]!) }
     defer { names.forEach { free($0) }; headerValues.forEach { free($0) } }

@@ -45,6 +45,42 @@ public struct HTTPServerResponse: Sendable {
     }
 }
 
+/// How a server threads, and what it takes before its handler runs. The defaults suit the emulator and the
+/// test fakes (a thread per connection, handlers that may block, any method and body); the health endpoint,
+/// which may face a network, is stricter.
+public struct HTTPServerOptions: Sendable {
+    /// How connections are served.
+    public enum Threading: Sendable {
+        /// A thread per connection: a handler may block without holding up the others.
+        case threadPerConnection
+        /// One internal thread polls every connection (epoll): a connection costs a descriptor, not a thread.
+        /// Only for handlers that never block.
+        case epoll
+    }
+
+    /// How connections are served (a thread each by default).
+    public var threading: Threading
+    /// A connection idle this long (seconds) is closed, a request still arriving included.
+    public var connectionTimeoutSeconds: Int
+    /// Most connections open at once (nil: libmicrohttpd's default); more are closed as soon as accepted.
+    public var connectionLimit: Int?
+    /// Most connections open at once from one IP address (nil: no limit).
+    public var perIPConnectionLimit: Int?
+    /// Called with the request line and headers (`body` empty) before any body is read; a response it returns is
+    /// sent at once and the body is never read (nil: read the body, then call the handler).
+    public var screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)?
+
+    /// The emulator's and fakes' defaults unless told otherwise: a thread per connection, 120 s, no limits, no screen.
+    public init(threading: Threading = .threadPerConnection, connectionTimeoutSeconds: Int = 120, connectionLimit: Int? = nil,
+                perIPConnectionLimit: Int? = nil, screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)? = nil) {
+        self.threading = threading
+        self.connectionTimeoutSeconds = connectionTimeoutSeconds
+        self.connectionLimit = connectionLimit
+        self.perIPConnectionLimit = perIPConnectionLimit
+        self.screen = screen
+    }
+}
+
 /// A certificate chain and key for TLS, PEM.
 public struct TLSIdentity: Sendable {
     public var certificatePEM: String

@@ -60,9 +60,21 @@ public final class HealthState: Sendable {
 public final class HealthServer: Service {
     private let server: HTTPServer
 
+    /// Most connections open at once; more are closed as soon as accepted, so a flood never takes the descriptors
+    /// libpq and libcurl need (a Prometheus scrape and an operator's curl need a handful).
+    public static let connectionLimit = 64
+    /// Most connections open at once from one address: one client cannot take every slot.
+    public static let perIPConnectionLimit = 8
+    /// A connection idle this long (a request trickling in, a scrape that never reads) is closed.
+    public static let connectionTimeoutSeconds = 10
+
     /// Starts listening at once on host:port (port 0 picks a free one).
     public init(host: String, port: UInt16, state: HealthState, metrics: MetricsRegistry) throws(HTTPServerError) {
-        server = try HTTPServer(host: host, port: port) { request in
+        // One epoll thread: the routes only read memory, and a connection then costs a descriptor, not a thread.
+        let options = HTTPServerOptions(threading: .epoll, connectionTimeoutSeconds: Self.connectionTimeoutSeconds,
+                                        connectionLimit: Self.connectionLimit, perIPConnectionLimit: Self.perIPConnectionLimit,
+                                        screen: HealthServer.screen)
+        server = try HTTPServer(host: host, port: port, options: options) { request in
             HealthServer.route(request, state: state, metrics: metrics)
         }
     }
@@ -79,9 +91,21 @@ public final class HealthServer: Service {
     /// Stops the listener; idempotent.
     public func stop() { server.stop() }
 
+    /// Answers from the request line and headers alone, before any body is read: a method other than GET or HEAD
+    /// (405), or any body at all (413). Nothing here takes a body, and one never read cannot fill memory.
+    static func screen(_ head: HTTPServerRequest) -> HTTPServerResponse? {
+        guard head.method == "GET" || head.method == "HEAD" else {
+            return .json(405, #"{"error":"method not allowed"}"#, headers: ["Allow": "GET, HEAD", "Connection": "close"])
+        }
+        if head.headers["transfer-encoding"] != nil || head.headers["content-length"].map({ Int($0) != 0 }) == true {
+            return .json(413, #"{"error":"a request body is not accepted"}"#, headers: ["Connection": "close"])
+        }
+        return nil
+    }
+
     static func route(_ request: HTTPServerRequest, state: HealthState, metrics: MetricsRegistry) -> HTTPServerResponse {
         guard request.method == "GET" || request.method == "HEAD" else {
-            return .json(405, #"{"error":"method not allowed"}"#, headers: ["Allow": "GET"])
+            return .json(405, #"{"error":"method not allowed"}"#, headers: ["Allow": "GET, HEAD"])
         }
         switch request.path {
         case "/healthz":

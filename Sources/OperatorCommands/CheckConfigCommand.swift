@@ -1,5 +1,6 @@
 import FCM
 import JSON
+import Postgres
 import WorkerConfig
 
 /// `check-config`: loads and checks everything `run` would (the same `StartupConfiguration`), names every bad setting,
@@ -114,12 +115,30 @@ struct CheckConfigCommand: OperatorCommand {
         }
     }
 
+    /// The verifying sslmodes: with anything else (libpq's default `prefer` included) a server on the network is not
+    /// authenticated, and `prefer`/`allow` fall back to plain text when an attacker refuses TLS.
+    static let verifyingSSLModes: Set<String> = ["verify-full", "verify-ca"]
+
+    /// A warning for each database URL that reaches a host off this machine without verifying its certificate.
+    static func unverifiedDatabaseWarnings(_ configuration: Configuration, environment: [String: String]) -> [String] {
+        [("DATABASE_URL", configuration.databaseURL), ("DATABASE_LISTEN_URL", configuration.databaseListenURL)].compactMap { name, url in
+            guard let url, let parameters = ConninfoParameters.parse(url) else { return nil }
+            let remote = ConninfoParameters.hosts(parameters).filter { !ConninfoParameters.isLocal($0) }
+            // libpq reads PGSSLMODE when the string sets no sslmode.
+            let mode = parameters["sslmode"] ?? environment["PGSSLMODE"] ?? "prefer"
+            guard let host = remote.first, !verifyingSSLModes.contains(mode) else { return nil }
+            return "\(name) reaches \(host) with sslmode=\(mode), which does not verify the server's certificate: "
+                + "use sslmode=verify-full with sslrootcert=<the server's CA file>"
+        }
+    }
+
     func run(_ context: CommandContext) async throws -> any CommandReport {
         let check = StartupConfiguration.check(context.environment)
         var report = Report(settings: [], fcm: check.serviceAccount.map { FCMIdentity(projectId: $0.projectId, clientEmail: $0.clientEmail) },
                             appStore: check.appStore.map { AppStoreIdentity(keyId: $0.keyId, issuerId: $0.issuerId, bundleId: $0.bundleId) },
                             warnings: check.warnings.map(\.description), errors: check.errors, online: nil)
         guard let startup = check.loaded else { return report }
+        report.warnings += Self.unverifiedDatabaseWarnings(startup.configuration, environment: context.environment)
         report.settings = startup.configuration.redactedDescription.split(separator: "\n").map { line in
             let parts = line.split(separator: "=", maxSplits: 1)
             return Setting(name: String(parts[0]), value: parts.count > 1 ? String(parts[1]) : "")

@@ -11,11 +11,12 @@ struct EventCommand: OperatorCommand {
         Usage: medication-worker event ID|EVENT_KEY [--json]
 
         Shows one outbox event (by its numeric id, or by its event key such as doseTaken:group-uuid-1; the
-        newest event with that key) and every delivery of its patient and key: delivery id, device id, the
-        token's first and last 6 characters only, the device enabled or not, status, attempts, "lastError",
-        "sentAt" and "fcmMessageId". Then the patient's caregivers' devices that are not sent to because
-        another registration of the same token was seen more recently (the phone changed hands, or pushes
-        were switched off there), each with that registration, as the tables stand now.
+        newest event with that key, also before the key is written when the event settles: it is computed
+        from the payload as the claim computes it) and every delivery of its patient and key: delivery id,
+        device id, the token's first and last 6 characters only, the device enabled or not, status, attempts,
+        "lastError", "sentAt" and "fcmMessageId". Then the patient's caregivers' devices that are not sent to
+        because another registration of the same token was seen more recently (the phone changed hands, or
+        pushes were switched off there), each with that registration, as the tables stand now.
         Exit status 1 when no such event exists.
         Next: `redrive --event ID` for a DEAD event, `resend --event ID` for FAILED deliveries.
 
@@ -55,11 +56,14 @@ struct EventCommand: OperatorCommand {
         var leasedBy: String?
         var leaseExpiresAt: Date?
         var lastError: String?
+        /// The payload as text, to compute the key of an event not settled yet (`EventCommand+Key.swift`).
+        var payload: String?
 
         var json: JSONValue {
             .object([
                 "id": .number(Double(id)), "eventType": .string(eventType), "patientId": .string(patientId),
-                "eventKey": CommandValues.text(eventKey), "status": .string(status), "attempts": .number(Double(attempts)),
+                "eventKey": CommandValues.text(eventKey), "computedEventKey": CommandValues.text(computedKey),
+                "status": .string(status), "attempts": .number(Double(attempts)),
                 "createdAt": CommandValues.timestamp(createdAt), "availableAt": CommandValues.timestamp(availableAt),
                 "processedAt": CommandValues.timestamp(processedAt), "leasedBy": CommandValues.text(leasedBy),
                 "leaseExpiresAt": CommandValues.timestamp(leaseExpiresAt), "lastError": CommandValues.text(lastError),
@@ -70,7 +74,7 @@ struct EventCommand: OperatorCommand {
         static let columns: PostgresQuery = """
             o.id, o."eventType" AS event_type, o."patientId" AS patient_id, o."eventKey" AS event_key, o.status, o.attempts,
             o."createdAt" AS created_at, o."availableAt" AS available_at, o."processedAt" AS processed_at,
-            o."leasedBy" AS leased_by, o."leaseExpiresAt" AS lease_expires_at, o."lastError" AS last_error
+            o."leasedBy" AS leased_by, o."leaseExpiresAt" AS lease_expires_at, o."lastError" AS last_error, o.payload::text AS payload
             """
 
         init(_ row: PostgresRow) throws {
@@ -86,6 +90,7 @@ struct EventCommand: OperatorCommand {
             leasedBy = row["leased_by"].optionalString()
             leaseExpiresAt = try row["lease_expires_at"].optionalDate()
             lastError = row["last_error"].optionalString()
+            payload = row["payload"].optionalString()
         }
     }
 
@@ -192,17 +197,17 @@ struct EventCommand: OperatorCommand {
 
         var text: String {
             var lines = [
-                "event \(event.id)  \(event.status)  \(event.eventType)  patient \(event.patientId)",
-                "  key:        \(event.eventKey ?? "(not claimed yet)")",
+                "event \(event.id)  \(event.status)  \(CommandValues.printable(event.eventType))  patient \(CommandValues.printable(event.patientId))",
+                "  key:        \(event.keyLine)",
                 "  created:    \(CommandValues.timestamp(event.createdAt))  (expires unsent after EVENT_MAX_AGE \(CommandValues.age(eventMaxAge.asSeconds)))",
                 // Only a PENDING event is due again; a finished one's "availableAt" is where its last lease left it.
                 "  attempts:   \(event.attempts)" + (event.status == "PENDING" ? "  next due \(CommandValues.timestamp(event.availableAt))" : ""),
             ]
             if let processedAt = event.processedAt { lines.append("  finished:   \(CommandValues.timestamp(processedAt))") }
             if let leasedBy = event.leasedBy, let until = event.leaseExpiresAt {
-                lines.append("  leased by:  \(leasedBy) until \(CommandValues.timestamp(until))")
+                lines.append("  leased by:  \(CommandValues.printable(leasedBy)) until \(CommandValues.timestamp(until))")
             }
-            if let lastError = event.lastError { lines.append("  last error: \(lastError)") }
+            if let lastError = event.lastError { lines.append("  last error: \(CommandValues.printable(lastError))") }
             lines.append("deliveries: \(deliveries.count)")
             if !deliveries.isEmpty {
                 let rows = deliveries.map { delivery in
@@ -231,7 +236,7 @@ struct EventCommand: OperatorCommand {
                 let rows: PostgresRows
                 switch selector {
                 case .id(let id): rows = try connection.query(Self.eventQuery(id: id))
-                case .key(let key): rows = try connection.query(Self.eventQuery(key: key))
+                case .key(let key): rows = try Self.eventRows(key: key, connection)
                 }
                 guard let row = rows.first else {
                     switch selector {
@@ -240,7 +245,7 @@ struct EventCommand: OperatorCommand {
                     }
                 }
                 let event = try Event(row)
-                let deliveries = try event.eventKey.map { key in
+                let deliveries = try (event.eventKey ?? event.computedKey).map { key in
                     try connection.query(Self.deliveriesQuery(key: key, patient: event.patientId)).map { row in
                         Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: row["token"].optionalString() ?? "…",
                                  deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
@@ -249,7 +254,7 @@ struct EventCommand: OperatorCommand {
                                  fcmMessageId: row["message_id"].optionalString())
                     }
                 } ?? []
-                let skipped = try connection.query(Self.skippedQuery(key: event.eventKey, patient: event.patientId)).map { row in
+                let skipped = try connection.query(Self.skippedQuery(key: event.eventKey ?? event.computedKey, patient: event.patientId)).map { row in
                     Skipped(deviceId: try row["device_id"].string(), ownerId: try row["owner_id"].string(), token: try row["token"].string(),
                             newerDeviceId: try row["newer_id"].string(), newerOwnerId: try row["newer_owner"].string(),
                             newerEnabled: try row["newer_enabled"].bool(), newerLastSeenAt: try row["newer_seen"].date())

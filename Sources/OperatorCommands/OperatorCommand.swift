@@ -1,4 +1,5 @@
 import FoundationEssentials
+import WorkerConfig
 import JSON
 
 /// One operator command (`status`, `event`, `redrive`, …): its name and help, its arguments parsed into a value, and
@@ -96,6 +97,9 @@ public struct CommandArguments: Sendable {
     public mutating func duration(_ name: String) throws(UsageError) -> Duration? {
         guard let text = try value(name) else { return nil }
         guard let duration = CommandValues.duration(text) else {
+            if ValueParsing.durationIsTooLarge(text) {
+                throw UsageError("\(name) must be at most \(ValueParsing.maxDurationText) (100 years), got \"\(text.prefix(40))\"")
+            }
             throw UsageError("\(name) must be a duration such as 30m, 2h or 7d, got \"\(text)\"")
         }
         return duration

@@ -4,22 +4,24 @@ import Outbox
 import Postgres
 import Timekeeping
 
-/// `redrive [--event ID] [--since DURATION] [--dry-run]`: DEAD events back to PENDING, except those past EVENT_MAX_AGE,
-/// which would only expire: they stay DEAD and the report counts them.
+/// `redrive (--all | --event ID | --since DURATION) [--dry-run]`: DEAD events back to PENDING, except those past
+/// EVENT_MAX_AGE, which would only expire: they stay DEAD and the report counts them. Without a scope it only previews.
 struct RedriveCommand: OperatorCommand {
     static let name = "redrive"
     static let summary = "Make DEAD events PENDING again (not those past EVENT_MAX_AGE); --dry-run to preview."
     static let help = """
-        Usage: medication-worker redrive [--event ID] [--since DURATION] [--dry-run] [--json]
+        Usage: medication-worker redrive (--all | --event ID | --since DURATION) [--dry-run] [--json]
 
         Makes DEAD events PENDING again, due at once with their attempts reset, and wakes the workers.
         An event created longer ago than EVENT_MAX_AGE would only turn EXPIRED when claimed, so it stays
         DEAD and is reported as skipped. Prints every event it redrove and every one it skipped.
+        One of --all, --event or --since is required (exit status 64 without), except with --dry-run.
 
         Options:
+          --all             Every DEAD event younger than EVENT_MAX_AGE.
           --event ID        Only this event (exit status 1 when it is not DEAD or is past EVENT_MAX_AGE).
           --since DURATION  Only events that went DEAD within DURATION (30m, 6h, 2d): after an outage.
-          --dry-run         Print what would be redriven and skipped; change nothing.
+          --dry-run         Print what would be redriven and skipped (every DEAD event without a scope); change nothing.
           --json            One JSON document: {"dryRun", "redriven": [ids], "skippedPastMaxAge": [ids], ...}.
         Settings read: DATABASE_URL, EVENT_MAX_AGE (default 24h).
         """
@@ -36,7 +38,14 @@ struct RedriveCommand: OperatorCommand {
             eventId = nil
         }
         since = try arguments.duration("--since")
+        let all = arguments.flag("--all")
         dryRun = arguments.flag("--dry-run")
+        // A bare redrive would re-queue every DEAD event at once: the scope is said out loud, as `devices enable --since` is.
+        if all && (eventId != nil || since != nil) { throw UsageError("redrive takes --all, or --event and --since, not both") }
+        if !all && eventId == nil && since == nil && !dryRun {
+            throw UsageError("redrive needs --all, --event ID or --since DURATION (it would re-queue every DEAD event); "
+                + "`redrive --dry-run` previews them")
+        }
     }
 
     /// The DEAD events in scope, locked, each with its age (`EventFate.redrive` judges it against EVENT_MAX_AGE).

@@ -138,7 +138,7 @@ struct ResendCommand: OperatorCommand {
                 lines.append("\(dryRun ? "would resend" : "resent") \(resent.count) delivery(ies) of event \(eventId)"
                     + (resent.isEmpty ? "" : ": " + CommandValues.idList(resent)))
             }
-            for skip in skipped { lines.append("skipped \(skip.id): \(skip.reason)") }
+            for skip in skipped { lines.append("skipped \(CommandValues.printable(skip.id)): \(CommandValues.printable(skip.reason))") }
             if dryRun { lines.append("dry run: nothing changed") }
             return lines.joined(separator: "\n")
         }

@@ -12,9 +12,11 @@ struct StatusCommand: OperatorCommand {
 
         Counts the outbox by status (due now, oldest pending), deliveries of the last hour (the SENT ones
         the API's inline sender wrote during the cutover shown apart: never pending, never sent again),
-        device disables of the last hour, table sizes, and lists the live `run` instances (host, pid, version, started, last heartbeat).
-        Cheap: aggregate queries over small partial indexes. Next: `events --status DEAD` for what died,
-        `event ID` for one event.
+        device disables of the last hour, table sizes, and lists the live `run` instances (host, pid,
+        version, started, last heartbeat).
+        Cheap on any outbox: PENDING, DEAD and EXPIRED are counted through their partial indexes; DONE is
+        counted while the table's statistics put it under 100,000 rows, and past that estimated from them
+        (shown as ~N). Next: `events --status DEAD` for what died, `event ID` for one event.
 
         Options:
           --json    One JSON document with the same facts.
@@ -24,6 +26,8 @@ struct StatusCommand: OperatorCommand {
 
     struct Report: CommandReport {
         var events: [OutboxStatus: Int]
+        /// True when the DONE count is the statistics' estimate (a large outbox), not a count.
+        var doneEstimated = false
         var duePending: Int
         var oldestPendingSeconds: Double?
         var recentDeliveries: [DeliveryStatus: Int]
@@ -40,7 +44,8 @@ struct StatusCommand: OperatorCommand {
                 bytes >= 1 << 20 ? CommandValues.oneDecimal(Double(bytes) / 1_048_576) + " MiB" : "\(bytes / 1024) KiB"
             }
             var lines = [
-                "outbox events:   pending \(events[.pending] ?? 0) (due now \(duePending)), done \(events[.done] ?? 0), "
+                "outbox events:   pending \(events[.pending] ?? 0) (due now \(duePending)), "
+                    + (doneEstimated ? "done ~\(events[.done] ?? 0) (estimated), " : "done \(events[.done] ?? 0), ")
                     + "dead \(events[.dead] ?? 0), expired \(events[.expired] ?? 0)",
                 "oldest pending:  \(CommandValues.age(oldestPendingSeconds))",
                 "deliveries (1h): sent \(recentDeliveries[.sent] ?? 0) (by the API's inline sender \(recentInline)), failed \(recentDeliveries[.failed] ?? 0), "
@@ -66,6 +71,7 @@ struct StatusCommand: OperatorCommand {
             }
             return .object([
                 "events": counts(events),
+                "doneEstimated": .bool(doneEstimated),
                 "duePending": .number(Double(duePending)),
                 "oldestPendingSeconds": oldestPendingSeconds.map(JSONValue.number) ?? .null,
                 "deliveriesLastHour": counts(recentDeliveries),
@@ -82,12 +88,22 @@ struct StatusCommand: OperatorCommand {
         }
     }
 
-    /// Events per status (`n`), every status listed.
+    /// Past this many finished rows (by the statistics) DONE is estimated, not counted.
+    static let doneCountLimit = 100_000
+
+    /// Events per status. PENDING, DEAD and EXPIRED through their partial indexes; DONE, the bulk of a large table,
+    /// counted only while the finished-rows index's statistics (`finished`, as the queue gauges read them) put it under
+    /// `doneCountLimit` (`done` is NULL past it: the subquery is never run).
     static let eventCountsQuery: PostgresQuery = """
-        SELECT s.status, count(o.id) AS n
-        FROM unnest(ARRAY['PENDING', 'DONE', 'DEAD', 'EXPIRED']) AS s(status)
-        LEFT JOIN "PushOutbox" o ON o.status = s.status
-        GROUP BY s.status
+        WITH estimate AS (
+            SELECT coalesce((SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('"PushOutbox_finished_idx"')), 0) AS finished
+        )
+        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = 'DEAD') AS dead,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = 'EXPIRED') AS expired,
+               estimate.finished,
+               CASE WHEN estimate.finished < \(doneCountLimit) THEN (SELECT count(*) FROM "PushOutbox" WHERE status = 'DONE') END AS done
+        FROM estimate
         """
 
     /// The oldest PENDING event's age in seconds (`oldest`) and how many are due (`due`).
@@ -118,12 +134,17 @@ struct StatusCommand: OperatorCommand {
         try await context.withDatabase { client, _ in
             try await client.withConnection { connection in
                 var events: [OutboxStatus: Int] = [:]
-                for row in try connection.query(Self.eventCountsQuery) { events[try row["status"].decode(OutboxStatus.self)] = try row["n"].int() }
+                let counts = try connection.query(Self.eventCountsQuery)[0]
+                events[.pending] = try counts["pending"].int()
+                events[.dead] = try counts["dead"].int()
+                events[.expired] = try counts["expired"].int()
+                let doneEstimated = counts["done"].isNull
+                events[.done] = doneEstimated ? max(0, try counts["finished"].int() - (events[.expired] ?? 0)) : try counts["done"].int()
                 let pending = try connection.query(Self.pendingQuery)[0]
                 let recent = try connection.query(Self.recentQuery)[0]
                 let sizes = try connection.query(Self.sizesQuery)[0]
                 return Report(
-                    events: events, duePending: try pending["due"].int(),
+                    events: events, doneEstimated: doneEstimated, duePending: try pending["due"].int(),
                     oldestPendingSeconds: pending["oldest"].isNull ? nil : try pending["oldest"].double(),
                     recentDeliveries: [.pending: try recent["pending"].int(), .sent: try recent["sent"].int(), .failed: try recent["failed"].int()],
                     recentInline: try recent["inline"].int(), recentDisabled: try recent["disabled"].int(),

@@ -47,7 +47,8 @@ public final class PostgresConnection {
             throw PostgresError(.connectionFailed, message: "libpq could not allocate a connection")
         }
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = PostgresConnection.errorText(connection)
+            // libpq quotes the part of a connection string it cannot parse, a password included: never repeated as is.
+            let message = SecretRedaction.conninfo(PostgresConnection.errorText(connection))
             PQfinish(connection)
             throw PostgresError(.connectionFailed, message: message)
         }

@@ -48,6 +48,22 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         sqlState == "40P01" || sqlState == "40001" || sqlState == "55P03"
     }
 
+    /// The kind and SQLSTATE only (`postgres connectionFailed [08006]`), for places that face a network such as
+    /// `/readyz`: libpq's and the server's text can name hosts, users and parts of a connection string.
+    public var summary: String {
+        var text = "postgres \(code)"
+        if let sqlState {
+            text += " [\(sqlState)]"
+            if let meaning = Self.meanings[sqlState] { text += " \(meaning)" }
+        }
+        return text
+    }
+
+    /// Our own words for the SQLSTATEs an operator meets at readiness (never the server's text).
+    static let meanings = ["25006": "read-only (a standby, or default_transaction_read_only)", "28000": "authorization refused",
+                           "28P01": "password refused", "3D000": "no such database", "42501": "permission denied",
+                           "53300": "too many connections", "57P01": "server shutting down", "57P03": "server starting up"]
+
     public var description: String {
         var text = "postgres \(code)"
         if let sqlState { text += " [\(sqlState)]" }

@@ -10,6 +10,7 @@ import Outbox
 import Postgres
 import Schema
 import Synchronization
+import Systemd
 import Timekeeping
 import WorkerConfig
 
@@ -17,6 +18,8 @@ import WorkerConfig
 /// turns SIGTERM/SIGINT into a graceful stop.
 enum Daemon {
     static func run(environment: [String: String]) async -> Int32 {
+        // Before any secret is read: a crash must not write the keys or DATABASE_URL to a core file.
+        let coreDumpsOff = ProcessHardening.disableCoreDumps()
         // The same loader as `check-config`: the settings and every credential file, every problem named at once.
         let startup: StartupConfiguration
         do { startup = try StartupConfiguration.load(from: environment) } catch {
@@ -25,6 +28,7 @@ enum Daemon {
         }
         let configuration = startup.configuration
         let logger = Logger(label: "medication-worker", logLevel: configuration.logLevel, sink: DaemonParts.logSink())
+        if !coreDumpsOff { logger.warning("cannot turn core dumps off (prctl PR_SET_DUMPABLE, RLIMIT_CORE)") }
         for warning in startup.warnings {
             logger.warning("\(warning)", metadata: ["config.variable": warning.variable, "config.suggestion": warning.suggestion])
         }
@@ -146,7 +150,7 @@ struct Supervisor {
                                 channel: Migrations.notifyChannel,
                                 onWake: { work.wake() },
                                 onError: { error in logger.warning("LISTEN connection lost; reconnecting",
-                                                                   metadata: ["error": "\(error)", "listen.via": "\(listenMode)"]) })
+                                                                   metadata: ["error": Supervisor.loggable(error), "listen.via": "\(listenMode)"]) })
     }
 
     /// A statement that waits this long behind someone else's lock gives up and is retried later.
@@ -166,6 +170,16 @@ struct Supervisor {
         }
     }
 
+    /// What `/readyz` says about a database error: its kind and SQLSTATE, never libpq's or the server's text (which
+    /// can quote a connection string); the journal has the rest.
+    static func readiness(of error: any Error) -> String {
+        if let error = error as? PostgresError { return error.summary + " (details in the journal)" }
+        return loggable(error)
+    }
+
+    /// An error for the journal: libpq's text through the redaction check-config uses.
+    static func loggable(_ error: any Error) -> String { ValueParsing.redactConninfo("\(error)") }
+
     /// Waits until the database answers and is migrated; retries with backoff, logging each problem once a while.
     private func waitForDatabase(_ database: PostgresClient, stop: StopSignal) async -> Bool {
         var attempt = 0
@@ -182,8 +196,8 @@ struct Supervisor {
                 parts.setCheck(.database, .down(problem))
                 if attempt % 30 == 0 { logger.error("database is not migrated", metadata: ["error": problem]) }
             } catch {
-                parts.setCheck(.database, .down("\(error)"))
-                if attempt % 30 == 0 { logger.warning("database unavailable; retrying", metadata: ["error": "\(error)"]) }
+                parts.setCheck(.database, .down(Self.readiness(of: error)))
+                if attempt % 30 == 0 { logger.warning("database unavailable; retrying", metadata: ["error": Self.loggable(error)]) }
             }
             attempt += 1
             parts.notify("STATUS=waiting for the database")

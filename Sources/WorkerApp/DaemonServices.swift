@@ -103,9 +103,9 @@ struct StatusRefresher: PeriodicJob {
             count += 1
             return count
         }
-        parts.setCheck(.database, .down("\(error)"))
+        parts.setCheck(.database, .down(Supervisor.readiness(of: error)))
         parts.notify("STATUS=database unavailable: retrying")
-        if failures == 1 { logger.warning("database check failed", metadata: ["error": "\(error)"]) }
+        if failures == 1 { logger.warning("database check failed", metadata: ["error": Supervisor.loggable(error)]) }
     }
 
     func finished() async { await gauges.release() }

@@ -69,7 +69,11 @@ final class EnvironmentReader {
     func duration(_ name: String, default fallback: Duration) -> Duration {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.duration(text), value > .zero else {
-            fail(name, "must be a positive duration such as 500ms, 30s, 15m, 6h or 7d, got \"\(text)\"")
+            if ValueParsing.durationIsTooLarge(text) {
+                fail(name, "must be at most \(ValueParsing.maxDurationText) (100 years), got \"\(text.prefix(40))\"")
+            } else {
+                fail(name, "must be a positive duration such as 500ms, 30s, 15m, 6h or 7d, got \"\(text)\"")
+            }
             return fallback
         }
         return value

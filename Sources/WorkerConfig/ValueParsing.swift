@@ -4,19 +4,44 @@ import Timekeeping
 
 /// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.
 public enum ValueParsing {
-    /// `500ms`, `2s`, `15m`, `6h`, `7d`; a bare integer means seconds.
+    /// The longest duration any setting or option takes (100 years): past it a value is a typo, and the arithmetic
+    /// on it (days to seconds, timestamps, SQL intervals) could overflow.
+    public static let maxDuration = Duration.seconds(36_500 * 86_400)
+    /// `maxDuration` as written.
+    public static let maxDurationText = "36500d"
+
+    /// `500ms`, `2s`, `15m`, `6h`, `7d`; a bare integer means seconds. nil on bad syntax or past `maxDuration`.
     public static func duration(_ text: String) -> Duration? {
+        guard case .some(let value)? = parsedDuration(text) else { return nil }
+        return value
+    }
+
+    /// True when `text` is written as a duration but is longer than `maxDuration` (`999999999999999d`): the caller
+    /// says "too large" rather than "not a duration".
+    public static func durationIsTooLarge(_ text: String) -> Bool {
+        guard case .some(nil) = parsedDuration(text) else { return false }
+        return true
+    }
+
+    /// nil: bad syntax; .some(nil): the syntax is right but the value is past `maxDuration`.
+    private static func parsedDuration(_ text: String) -> Duration?? {
         let trimmed = text.trimmingWhitespace()
         let digits = trimmed.prefix { $0.isASCII && $0.isNumber }
-        guard !digits.isEmpty, let value = Int64(digits) else { return nil }
+        guard !digits.isEmpty else { return nil }
+        let unit: Int64  // milliseconds
         switch trimmed.dropFirst(digits.count) {
-        case "", "s": return .seconds(value)
-        case "ms": return .milliseconds(value)
-        case "m": return .seconds(value * 60)
-        case "h": return .seconds(value * 3600)
-        case "d": return .seconds(value * 86_400)
+        case "", "s": unit = 1000
+        case "ms": unit = 1
+        case "m": unit = 60_000
+        case "h": unit = 3_600_000
+        case "d": unit = 86_400_000
         default: return nil
         }
+        // Digits that do not fit an Int64, or that overflow once converted to milliseconds, are too large as well.
+        guard let value = Int64(digits) else { return .some(nil) }
+        let (milliseconds, overflow) = value.multipliedReportingOverflow(by: unit)
+        guard !overflow, Duration.milliseconds(milliseconds) <= maxDuration else { return .some(nil) }
+        return .some(.milliseconds(milliseconds))
     }
 
     /// A non-negative decimal integer without sign or unit.
@@ -109,20 +134,7 @@ public enum ValueParsing {
         return "\(seconds)s"
     }
 
-    /// A conninfo string or URI with any password replaced by `***`.
-    public static func redactConninfo(_ text: String) -> String {
-        var result = text
-        // URI form: scheme://user:password@host
-        // Swift Regex (the standard library's string processing): no Foundation's NSRegularExpression in the daemon.
-        if let match = result.firstMatch(of: try! Regex(#"://[^/@:]*:[^/@]*@"#).matchingSemantics(.unicodeScalar)) {
-            // By scalars throughout: a combining mark after the ':' must not make it part of another character.
-            let userInfo = result.unicodeScalars[match.range]
-            if let colon = userInfo.dropFirst(3).firstIndex(of: ":") {
-                result.unicodeScalars.replaceSubrange(colon..<userInfo.index(before: userInfo.endIndex), with: ":***".unicodeScalars)
-            }
-        }
-        // key=value form and URI query parameters.
-        result = result.replacing(try! Regex(#"password\s*=\s*('([^'\\]|\\.)*'|[^\s&]+)"#).matchingSemantics(.unicodeScalar), with: "password=***")
-        return result
-    }
+    /// A conninfo string or URI with any password replaced by `***`, and libpq's complaints about one without what
+    /// they quote (`SecretRedaction.conninfo`: the same redaction for check-config, the journal and `/readyz`).
+    public static func redactConninfo(_ text: String) -> String { SecretRedaction.conninfo(text) }
 }

@@ -147,7 +147,7 @@ struct LeastPrivilegeRoleTests {
             #expect(enabled.status == 0 && enabled.output.contains("re-enabled 1 device(s)"), "devices enable: \(enabled.output)")
             let resent = try Self.run(["resend", "--event", "\(doneEvent)"], environment: environment)
             #expect(resent.status == 0 && resent.output.contains("resent 1 delivery(ies)"), "resend: \(resent.output)")
-            let redrive = try Self.run(["redrive"], environment: environment)
+            let redrive = try Self.run(["redrive", "--all"], environment: environment)
             #expect(redrive.status == 0, "redrive: \(redrive.output)")
             #expect(try await db.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DEAD'"#)[0]["n"].int() == 0)
         }

@@ -52,4 +52,19 @@ struct SignedTransactionVerifierTests {
         #expect(refusal(try pki.signedTransaction(ApplePKI.payload(transactionId: "10", original: "9", environment: "LocalTesting")))
                 == .untrustedEnvironment)
     }
+
+    /// Issue 45: `signedDate` is read before the signature is checked; a value no `time_t` holds used to trap the
+    /// process in `time_t(...)`. It is refused as a malformed payload, whoever signed it.
+    @Test func signedDateOutOfRange_isRefusedNotATrap() throws {
+        for value: Any in [1e300, 9.3e18, -1_000, Double.greatestFiniteMagnitude] {
+            var payload = ApplePKI.payload(transactionId: "10", original: "9")
+            payload["signedDate"] = value
+            #expect(refusal(try pki.signedTransaction(payload)) == .malformedPayload, "signedDate \(value)")
+            #expect(refusal(try pki.signedTransaction(payload, chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM)) == .malformedPayload)
+        }
+        let leaf = try Certificate(pemOrDER: Array(pki.rootPEM.utf8))
+        #expect(throws: CryptoError.self) {
+            try Certificate.verifyChain(leaf: leaf, intermediates: [], roots: [leaf], at: Date(timeIntervalSince1970: 1e300))
+        }
+    }
 }

@@ -4,6 +4,7 @@ import HTTP
 import HTTPServer
 import Postgres
 import Schema
+import Synchronization
 import Testing
 import TestSupport
 
@@ -19,7 +20,8 @@ struct DaemonTests {
         let healthPort: UInt16
         let serviceAccountPEM: String
 
-        init(databaseURL: String, extra: [String: String] = [:]) throws {
+        /// `openFileLimit`: the daemon's RLIMIT_NOFILE (soft and hard), as a unit's `LimitNOFILE=` would set it.
+        init(databaseURL: String, extra: [String: String] = [:], openFileLimit: Int? = nil) throws {
             let fixtures = TLSFixtures.shared
             let keys = try fixtures.rsaKeyPair()
             serviceAccountPEM = keys.privatePEM
@@ -31,8 +33,14 @@ struct DaemonTests {
             probe.stop()
             stderrPath = NSTemporaryDirectory() + "mw-daemon-\(UUID().uuidString).log"
             _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-            process.executableURL = URL(fileURLWithPath: TestBinaries.path("medication-worker"))
-            process.arguments = ["run"]
+            if let openFileLimit {
+                // prlimit(1) sets the limit and execs the daemon: the same process id.
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+                process.arguments = ["--nofile=\(openFileLimit):\(openFileLimit)", "--", TestBinaries.path("medication-worker"), "run"]
+            } else {
+                process.executableURL = URL(fileURLWithPath: TestBinaries.path("medication-worker"))
+                process.arguments = ["run"]
+            }
             process.environment = [
                 "DATABASE_URL": databaseURL, "FCM_SERVICE_ACCOUNT_FILE": account, "FCM_BASE_URL": emulator.baseURL,
                 "TLS_CA_FILE": fixtures.caFile, "HEALTH_ADDR": "127.0.0.1:\(healthPort)", "NOTIFY_SOCKET": notify.path,
@@ -280,6 +288,114 @@ struct DaemonTests {
                 #expect(took < .milliseconds(4500), "round \(round): SIGTERM to exit took \(took)")
                 #expect(!rig.log.contains("shutdown deadline passed"), "round \(round) needed the deadline exit")
             }
+        }
+    }
+
+    /// Issue 45: libpq quotes the part of a connection string it cannot parse. A password with a raw `%` and a space
+    /// (URI form: `invalid percent-encoded token: "<password>"`; key=value form: `missing "=" after "<its second
+    /// word>"`) reaches neither `/readyz`, which shows the error's kind and SQLSTATE only, nor the log. The daemon
+    /// also runs with core dumps off (RLIMIT_CORE 0).
+    @Test func passwordInABadDatabaseURL_reachesNeitherReadyzNorTheLog() async throws {
+        for url in ["postgresql://worker:s3cr%t pa55word@127.0.0.1:1/app", "host=127.0.0.1 port=1 user=worker password=s3cr%t pa55word dbname=app"] {
+            let rig = try Rig(databaseURL: url)
+            defer { _ = rig.terminate() }
+            try await eventually("/readyz reports the database", timeout: .seconds(10), every: .milliseconds(100)) {
+                (try? await rig.get("/readyz")).map { String(decoding: $0.body, as: UTF8.self).contains(#""database":"down: postgres"#) } ?? false
+            }
+            let body = String(decoding: try await rig.get("/readyz").body, as: UTF8.self)
+            #expect(body.contains(#""database":"down: postgres connectionFailed (details in the journal)""#), "\(body)")
+            let limits = (try? String(contentsOfFile: "/proc/\(rig.process.processIdentifier)/limits", encoding: .utf8)) ?? ""
+            #expect(limits.split(separator: "\n").contains { $0.hasPrefix("Max core file size") && $0.split(separator: " ").filter { $0 == "0" }.count == 2 },
+                    "\(limits)")
+            #expect(rig.terminate() == 0)
+            let log = rig.log
+            #expect(log.contains("database unavailable; retrying"))
+            for secret in ["s3cr", "pa55word"] {
+                #expect(!body.contains(secret), "/readyz shows \(secret): \(body)")
+                #expect(!log.contains(secret), "the log shows \(secret): \(log)")
+            }
+            print("bad DATABASE_URL \(url.hasPrefix("postgresql") ? "URI" : "key=value"): /readyz \(body)\nlog: \(log.split(separator: "\n").first { $0.contains("database unavailable") } ?? "")")
+        }
+    }
+
+    /// Issue 45: 2,000 connections that trickle a request from one address and an endless chunked POST from another
+    /// leave the daemon (at systemd's default soft limit of 1,024 descriptors) able to work: `/readyz` answers from a
+    /// third address, a push goes out, the POST is refused from its headers, and the daemon's descriptors stay few.
+    @Test func healthFlood_slowConnectionsAndAnEndlessPost_readyzAnswersAndAPushIsDelivered() async throws {
+        let limit = RawClients.raiseOpenFileLimit(to: 4096)
+        try #require(limit >= 2200, "this test needs 2,200 descriptors, the hard limit allows \(limit)")
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+            try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'flood-token')"#)
+            let rig = try Rig(databaseURL: conninfo, openFileLimit: 1024)
+            defer { _ = rig.terminate() }
+            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains("READY=1"))
+
+            var slow: [Int32] = []
+            defer { slow.forEach { close($0) } }
+            for _ in 0..<2000 {
+                let fd = RawClients.connect(port: rig.healthPort, from: "127.0.0.2")
+                if fd >= 0 { slow.append(fd) }
+            }
+            #expect(slow.count == 2000)
+            try await Task.sleep(for: .milliseconds(300))
+            for fd in slow { RawClients.send(fd, "GET /readyz HTTP/1.1\r\nHost: flood\r\n") }  // and never the rest
+            let post = EndlessPost(port: rig.healthPort, from: "127.0.0.3")
+            defer { post.stop() }
+
+            try await eventually("/readyz answers 200 during the flood", timeout: .seconds(20), every: .milliseconds(200)) {
+                (try? await rig.get("/readyz").status) == 200
+            }
+            try await db.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+                '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-flood","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+                """#)
+            try await eventually("the push is delivered during the flood", timeout: .seconds(20), every: .milliseconds(100)) {
+                rig.emulator.receivedMessages.map(\.token) == ["flood-token"]
+            }
+            try await eventually("the endless POST is answered", timeout: .seconds(5), every: .milliseconds(100)) { post.answer.contains("\r\n\r\n") }
+            #expect(post.answer.hasPrefix("HTTP/1.1 405"), "answer: \(post.answer.prefix(200))")
+            let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(rig.process.processIdentifier)/fd").count) ?? -1
+            #expect(descriptors > 0 && descriptors < 300, "the daemon holds \(descriptors) descriptors during the flood")
+            #expect(try await rig.get("/healthz").status == 200)
+        }
+    }
+
+    /// A chunked POST that sends a chunk every 10 ms until stopped or closed, on a thread of its own; keeps what it is answered.
+    final class EndlessPost: Sendable {
+        private let fd: Int32
+        private let running = Mutex(true)
+        private let received = Mutex("")
+        private let done = DispatchSemaphore(value: 0)
+
+        init(port: UInt16, from source: String) {
+            fd = RawClients.connect(port: port, from: source)
+            let thread = Thread { [self] in
+                defer { done.signal() }
+                guard RawClients.wait(fd, events: Int16(POLLOUT), milliseconds: 5000) else { return }
+                RawClients.send(fd, "POST /readyz HTTP/1.1\r\nHost: flood\r\nTransfer-Encoding: chunked\r\n\r\n")
+                let chunk = "400\r\n" + String(repeating: "x", count: 1024) + "\r\n"
+                while running.withLock({ $0 }) {
+                    if RawClients.wait(fd, events: Int16(POLLIN), milliseconds: 0) {
+                        let text = RawClients.read(fd, seconds: 0.5)
+                        received.withLock { $0 += text }
+                    }
+                    if RawClients.send(fd, chunk) < 0, errno != EAGAIN { break }
+                    usleep(10_000)
+                }
+            }
+            thread.start()
+        }
+
+        /// What the server sent back so far.
+        var answer: String { received.withLock { $0 } }
+
+        func stop() {
+            running.withLock { $0 = false }
+            done.wait()
+            close(fd)
         }
     }
 

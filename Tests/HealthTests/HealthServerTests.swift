@@ -110,7 +110,31 @@ struct HealthServerTests {
     @Test func post_isRejected() async throws {
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
         defer { server.stop() }
-        #expect(try await get(server.port, "/healthz", method: "POST").status == 405)
+        let refused = try await get(server.port, "/healthz", method: "POST")
+        #expect(refused.status == 405)
+        #expect(refused.headers["allow"] == "GET, HEAD")
+    }
+
+    /// Issue 45: the method and any body are judged from the headers, on libmicrohttpd's first callback. An endless
+    /// chunked POST gets its 405 while its body is still coming (it used to be read into memory until it ended), and
+    /// a GET announcing a body gets 413 without the body ever being sent.
+    @Test func endlessChunkedPost_andAGetWithABody_areAnsweredBeforeTheBodyIsRead() async throws {
+        let server = try HealthServer(host: "127.0.0.1", port: 0, state: HealthState(), metrics: MetricsRegistry())
+        defer { server.stop() }
+        let post = RawClients.connect(port: server.port)
+        defer { close(post) }
+        #expect(RawClients.wait(post, events: Int16(POLLOUT), milliseconds: 2000))
+        RawClients.send(post, "POST /readyz HTTP/1.1\r\nHost: health\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + String(repeating: "x", count: 1024) + "\r\n")
+        let refused = RawClients.read(post, seconds: 5) { $0.contains("\r\n\r\n") }
+        #expect(refused.hasPrefix("HTTP/1.1 405"), "answer to an unfinished chunked POST: \(refused.prefix(200))")
+
+        let announced = RawClients.connect(port: server.port)
+        defer { close(announced) }
+        #expect(RawClients.wait(announced, events: Int16(POLLOUT), milliseconds: 2000))
+        RawClients.send(announced, "GET /readyz HTTP/1.1\r\nHost: health\r\nContent-Length: 1000000\r\n\r\n")
+        let tooLarge = RawClients.read(announced, seconds: 5) { $0.contains("\r\n\r\n") }
+        #expect(tooLarge.hasPrefix("HTTP/1.1 413"), "answer to a GET announcing a body: \(tooLarge.prefix(200))")
+        #expect(try await get(server.port, "/healthz").status == 200)
     }
 }
 

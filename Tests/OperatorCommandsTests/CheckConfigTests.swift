@@ -113,6 +113,45 @@ struct CheckConfigTests {
         #expect(Self.errors(json).map(\.setting) == ["FCM_SERVICE_ACCOUNT_FILE"])
     }
 
+    /// Issue 45: the signed assertion and the access token it buys travel to `token_uri`: https, or http to loopback only.
+    @Test func tokenURIOverPlainHTTP_exits78NamingIt_butLoopbackHTTPIsAccepted() async throws {
+        var environment = try Self.validEnvironment()
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(tokenURI: "http://oauth2.example.com/token")
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.errorOutput.contains("FCM_SERVICE_ACCOUNT_FILE"))
+        #expect(result.errorOutput.contains(#"field "token_uri" must be an https URL (plain http only to a loopback address), got http://oauth2.example.com"#),
+                "\(result.errorOutput)")
+        for loopback in ["http://127.0.0.1:8089/token", "http://localhost:8089/token", "http://[::1]:8089/token"] {
+            environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.serviceAccount(tokenURI: loopback)
+            let accepted = await Self.checkConfig(environment)
+            #expect(accepted.status == 0, "\(loopback): \(accepted.errorOutput)")
+        }
+    }
+
+    /// Issue 45: a database off this machine reached without verify-full or verify-ca is warned about (libpq's default
+    /// `prefer` verifies nothing and falls back to plain text); a local socket, loopback and verify-full are not.
+    @Test func databaseReachedWithoutCertificateVerification_isWarnedAbout() async throws {
+        var environment = try Self.validEnvironment()
+        environment["DATABASE_URL"] = "postgresql://worker:pw@db.internal:5432/app?sslmode=require"
+        environment["DATABASE_LISTEN_URL"] = "host=db-direct.internal dbname=app user=worker"
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 0, "\(result.errorOutput)")
+        #expect(result.output.contains("warning: DATABASE_URL reaches db.internal with sslmode=require, which does not verify the server's certificate: "
+                                       + "use sslmode=verify-full with sslrootcert=<the server's CA file>"), "\(result.output)")
+        #expect(result.output.contains("warning: DATABASE_LISTEN_URL reaches db-direct.internal with sslmode=prefer"), "\(result.output)")
+        let (_, json) = try await Self.checkConfigJSON(environment)
+        #expect(json["warnings"]?.arrayValue?.contains { $0.stringValue?.hasPrefix("DATABASE_URL reaches db.internal") == true } == true)
+        for url in ["postgresql://worker:pw@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+                    "host=db.internal sslmode=verify-ca sslrootcert=/etc/ssl/db-ca.pem", "host=/run/postgresql dbname=app",
+                    "postgresql://worker@localhost/app", "host=127.0.0.1 dbname=app"] {
+            environment["DATABASE_URL"] = url
+            environment["DATABASE_LISTEN_URL"] = nil
+            let quiet = await Self.checkConfig(environment)
+            #expect(quiet.status == 0 && !quiet.output.contains("warning: DATABASE_URL"), "\(url): \(quiet.output)")
+        }
+    }
+
     @Test func privateKeyThatIsNotAKey_exits78WithoutEchoingIt() async throws {
         var environment = try Self.validEnvironment()
         let garbage = "-----BEGIN PRIVATE KEY-----\nTm90QUtleUF0QWxsU2VjcmV0Qnl0ZXM=\n-----END PRIVATE KEY-----\n"

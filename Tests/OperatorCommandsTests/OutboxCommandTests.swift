@@ -24,7 +24,14 @@ struct OutboxCommandTests {
             #expect(preview.json["dryRun"] == .bool(true))
             #expect(try rig.scalar(#"SELECT string_agg(status, ',' ORDER BY id) FROM "PushOutbox""#) == "DEAD,DEAD")
 
-            let text = try await rig.run("redrive")
+            // Issue 45: without a scope it refuses (a dry run may preview everything).
+            let bare = try await rig.json("redrive")
+            #expect(bare.status == 64)
+            #expect(bare.json["error"]?["message"]?.stringValue?.contains("redrive needs --all, --event ID or --since DURATION") == true)
+            #expect(try rig.scalar(#"SELECT string_agg(status, ',' ORDER BY id) FROM "PushOutbox""#) == "DEAD,DEAD")
+            #expect(try await rig.json("redrive", "--all", "--since", "1h").status == 64)
+
+            let text = try await rig.run("redrive", "--all")
             #expect(text.status == 0)
             #expect(text.output.contains("redriven 1 event(s): \(new)"))
             #expect(text.output.contains("skipped 1 past EVENT_MAX_AGE (24.0h): \(old)"))
@@ -181,6 +188,90 @@ struct OutboxCommandTests {
         }
     }
 
+    /// Issue 45: text output escapes control characters that came from the app's payload or the database (an escape
+    /// sequence in "lastError" or "eventKey" reached the operator's terminal as is); `--json` keeps the value whole.
+    @Test func textOutput_escapesControlCharacters_jsonKeepsThem() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            let devices = try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let hostile = "bad payload: \u{1B}[2J\u{1B}[31mred\nforged line\u{202E}"
+            let key = "doseTaken:\u{1B}]0;title\u{7}"
+            let id = try rig.event(status: "DEAD", hoursAgo: 1, key: key, lastError: hostile)
+            try rig.delivery("del-1", key: key, device: devices[0], status: "FAILED", lastError: "\u{1B}[31mTHIRD_PARTY_AUTH_ERROR")
+            let listed = try await rig.run("events", "--status", "DEAD").output
+            let shown = try await rig.run("event", "\(id)").output
+            for output in [listed, shown] {
+                #expect(!output.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\u{7}" || $0 == "\u{202E}" }, "\(output)")
+                #expect(output.contains(#"bad payload: \u{1B}[2J\u{1B}[31mred\nforged line\u{202E}"#), "\(output)")
+                #expect(output.contains(#"doseTaken:\u{1B}]0;title\u{7}"#), "\(output)")
+                #expect(!output.contains("\nforged line"))
+            }
+            #expect(shown.contains(#"\u{1B}[31mTHIRD_PARTY_AUTH_ERROR"#))
+            let json = try await rig.json("event", "\(id)")
+            #expect(json.json["event"]?["lastError"] == .string(hostile))
+            #expect(json.json["event"]?["eventKey"] == .string(key))
+            #expect(CommandValues.printable("plain text: ok") == "plain text: ok")
+            #expect(CommandValues.printable("a\tb\r\u{85}\u{2028}") == #"a\tb\r\u{85}\u{2028}"#)
+        }
+    }
+
+    /// Issue 45: "eventKey" is written only when an event settles; `event KEY` still finds one that has not (PENDING on
+    /// its first attempt, EXPIRED, DEAD at claim) by computing the key from its payload as the claim does.
+    @Test func event_byKey_findsAnEventNotSettledYet() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let pending = try rig.event(status: "PENDING", hoursAgo: 0.1)  // recordingGroupId "g", no key yet
+            let byGroup = try await rig.json("event", "doseTaken:g")
+            #expect(byGroup.status == 0)
+            #expect(byGroup.json["event"]?["id"] == .number(Double(pending)))
+            #expect(byGroup.json["event"]?["eventKey"] == .null)
+            #expect(byGroup.json["event"]?["computedEventKey"] == .string("doseTaken:g"))
+            let text = try await rig.run("event", "doseTaken:g")
+            #expect(text.output.contains("  key:        doseTaken:g (computed from the payload; written when the event settles)"), "\(text.output)")
+
+            let expired = try Int64(rig.connection.query("""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "createdAt", status)
+                VALUES ('DOSE_TAKEN', 'p1', '{"date":"2026-02-11","slot":"evening","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T19:03:27+09:00"}',
+                        now() - interval '30 hours', 'EXPIRED')
+                RETURNING id
+                """)[0]["id"].int())
+            let byTime = try await rig.json("event", "doseTaken:p1:2026-02-11:evening:19:03")
+            #expect(byTime.status == 0)
+            #expect(byTime.json["event"]?["id"] == .number(Double(expired)))
+            #expect(try await rig.json("event", "doseTaken:p1:2026-02-11:evening:19:04").status == 1)
+            #expect(try await rig.json("event", "doseTaken:nothing").status == 1)
+
+            // DEAD at claim for bad input: no key can be computed, and the text says why.
+            let bad = try Int64(rig.connection.query("""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "lastError")
+                VALUES ('DOSE_TAKEN', 'p1', '{"slot":"brunch"}', 'DEAD', 'bad input') RETURNING id
+                """)[0]["id"].int())
+            #expect(try await rig.run("event", "\(bad)").output.contains("  key:        (none: the payload is not a valid DOSE_TAKEN event)"))
+            #expect(try await rig.json("event", "\(bad)").json["event"]?["computedEventKey"] == .null)
+        }
+    }
+
+    /// Issue 45: `status` reads no DONE row on a large outbox: past 100,000 finished rows by the statistics, DONE is the
+    /// estimate (~N), as the gauges show it; below, an exact count.
+    @Test func status_estimatesDoneOnALargeOutbox_andCountsItOnASmallOne() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            for _ in 0..<3 { _ = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g") }
+            let small = try await rig.json("status")
+            #expect(small.json["events"]?["DONE"] == .number(3))
+            #expect(small.json["doneEstimated"] == .bool(false))
+            #expect(try await rig.run("status").output.contains("(due now 0), done 3, dead 0"))
+            // What autovacuum's analyze records for a 10M-row outbox (the test runs as a superuser).
+            try rig.connection.query(#"UPDATE pg_class SET reltuples = 10000000 WHERE oid = to_regclass('"PushOutbox_finished_idx"')"#)
+            let large = try await rig.json("status")
+            #expect(large.json["events"]?["DONE"] == .number(10_000_000))
+            #expect(large.json["doneEstimated"] == .bool(true))
+            #expect(try await rig.run("status").output.contains("(due now 0), done ~10000000 (estimated), dead 0"))
+        }
+    }
+
     @Test func everyCommand_hasItsOwnHelpAndRefusesUnknownOptions() async throws {
         for type in CommandRunner.commands {
             let help = await CommandRunner.execute(type, arguments: ["--help"], environment: [:])
@@ -192,10 +283,24 @@ struct OutboxCommandTests {
         }
     }
 
+    /// Issue 45: the help says what the commands now do (redrive's scope, status's estimate, event's computed key).
+    @Test func help_describesTheScopeTheEstimateAndTheComputedKey() async throws {
+        func help(_ name: String) async throws -> String {
+            await CommandRunner.execute(try #require(CommandRunner.command(named: name)), arguments: ["--help"], environment: [:]).output
+        }
+        let redrive = try await help("redrive")
+        #expect(redrive.hasPrefix("Usage: medication-worker redrive (--all | --event ID | --since DURATION) [--dry-run] [--json]"))
+        #expect(redrive.contains("--all             Every DEAD event younger than EVENT_MAX_AGE."))
+        let status = try await help("status")
+        #expect(status.contains("DONE is\ncounted while the table's statistics put it under 100,000 rows"), "\(status)")
+        #expect(!status.contains("small partial indexes"))
+        #expect(try await help("event").contains("it is computed from\nthe payload as the claim computes it"))
+    }
+
     @Test func databaseCommands_withoutDatabaseURL_exit78NamingIt() async throws {
         for name in ["status", "events", "redrive"] {
             let type = try #require(CommandRunner.command(named: name))
-            let arguments = name == "events" ? ["--status", "DEAD", "--json"] : ["--json"]
+            let arguments = name == "events" ? ["--status", "DEAD", "--json"] : name == "redrive" ? ["--all", "--json"] : ["--json"]
             let result = await CommandRunner.execute(type, arguments: arguments, environment: ["EVENT_MAX_AGE": "24h"])
             #expect(result.status == 78)
             #expect(JSONValue.parse(result.output)?["error"]?["setting"] == .string("DATABASE_URL"))

@@ -35,6 +35,31 @@ struct CommandLineTests {
         #expect(help.stdout.contains("redrive"))
     }
 
+    /// Issue 45: a duration that overflows (days to seconds used to trap on Int64 overflow) is a configuration error
+    /// naming the setting for the daemon, and a usage error naming the option for a command.
+    @Test func overflowingDuration_isAConfigurationErrorForRun_andAUsageErrorForSince() throws {
+        let fixtures = TLSFixtures.shared
+        let account = try fixtures.serviceAccountFile(privateKeyPEM: try fixtures.rsaKeyPair().privatePEM, tokenURI: "https://127.0.0.1:1/token")
+        let run = try TestBinaries.run("medication-worker", ["run"], environment: [
+            "DATABASE_URL": "host=/nonexistent dbname=x", "FCM_SERVICE_ACCOUNT_FILE": account, "EVENT_MAX_AGE": "999999999999999d",
+        ])
+        #expect(run.status == 78)
+        #expect(run.stderr.contains(#"EVENT_MAX_AGE: must be at most 36500d (100 years), got "999999999999999d""#), "\(run.stderr)")
+        for command in [["events", "--status", "DEAD"], ["redrive"], ["devices", "disabled"]] {
+            let result = try TestBinaries.run("medication-worker", command + ["--since", "999999999999999d"], environment: [:])
+            #expect(result.status == 64, "\(command): \(result.stderr)")
+            #expect(result.stderr.contains(#"--since must be at most 36500d (100 years), got "999999999999999d""#), "\(command): \(result.stderr)")
+        }
+    }
+
+    /// Issue 45: a bare `redrive` would re-queue every DEAD event; it asks for a scope instead.
+    @Test func bareRedrive_isAUsageErrorAskingForAScope() throws {
+        let result = try TestBinaries.run("medication-worker", ["redrive"], environment: [:])
+        #expect(result.status == 64)
+        #expect(result.stderr.contains("redrive needs --all, --event ID or --since DURATION"), "\(result.stderr)")
+        #expect(result.stdout.isEmpty)
+    }
+
     @Test func unknownCommand_isAUsageError() throws {
         let result = try TestBinaries.run("medication-worker", ["frobnicate"], environment: [:])
         #expect(result.status == 64)

@@ -123,6 +123,42 @@ struct ConfigurationTests {
         #expect(ValueParsing.duration("3w") == nil)
     }
 
+    /// Issue 45: `999999999999999d` overflowed Int64 (a trap); past 100 years a duration is refused as too large.
+    @Test func durations_thatOverflowOrPassTheMaximum_areRefusedAsTooLarge() throws {
+        for text in ["999999999999999d", "99999999999999999999", "36501d", "9223372036854775807ms"] {
+            #expect(ValueParsing.duration(text) == nil, "\(text)")
+            #expect(ValueParsing.durationIsTooLarge(text), "\(text)")
+        }
+        #expect(ValueParsing.duration("36500d") == .seconds(36_500 * 86_400))
+        #expect(!ValueParsing.durationIsTooLarge("3w"))
+        var environment = try Self.baseEnvironment()
+        environment["OUTBOX_RETENTION"] = "999999999999999d"
+        #expect(throws: (any Error).self) { try Configuration.load(from: environment) }
+        do { _ = try Configuration.load(from: environment) } catch {
+            #expect("\(error)".contains(#"OUTBOX_RETENTION: must be at most 36500d (100 years)"#), "\(error)")
+        }
+    }
+
+    /// Issue 45: libpq quotes the part of a connection string it cannot parse; the redaction check-config, the journal
+    /// and the Postgres module share hides every quoted part of such a complaint.
+    @Test func redactConninfo_hidesWhatLibpqQuotesFromABadConnectionString() {
+        let complaints = [
+            #"postgres connectionFailed: invalid percent-encoded token: "s3cr%t pa55word""#,
+            #"postgres connectionFailed: missing "=" after "pa55word" in connection info string"#,
+            #"unexpected spaces found in "s3cr%t pa55word", use percent-encoded spaces (%20) instead"#,
+            #"invalid URI query parameter: "pa55"word""#,
+        ]
+        for text in complaints {
+            let redacted = ValueParsing.redactConninfo(text)
+            #expect(!redacted.contains("s3cr") && !redacted.contains("pa55"), "\(redacted)")
+        }
+        #expect(ValueParsing.redactConninfo(complaints[0]) == #"postgres connectionFailed: invalid percent-encoded token: "***""#)
+        #expect(ValueParsing.redactConninfo(complaints[1]) == #"postgres connectionFailed: missing "***" in connection info string"#)
+        // Other libpq text keeps its quotes: they name a host or a user, which an operator needs.
+        let refused = #"connection to server at "db.internal" (10.0.0.5), port 5432 failed: Connection refused"#
+        #expect(ValueParsing.redactConninfo(refused) == refused)
+    }
+
     @Test func redactedDescription_hidesDatabasePassword() throws {
         var environment = try Self.baseEnvironment()
         environment["DATABASE_URL"] = "postgresql://worker:s3cret-pass@db.internal:5432/app?sslmode=require"
