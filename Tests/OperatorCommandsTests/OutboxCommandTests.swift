@@ -294,7 +294,7 @@ struct OutboxCommandTests {
         let status = try await help("status")
         #expect(status.contains("DONE is\ncounted while the table's statistics put it under 100,000 rows"), "\(status)")
         #expect(!status.contains("small partial indexes"))
-        #expect(try await help("event").contains("it is computed from\nthe payload as the claim computes it"))
+        #expect(try await help("event").contains("it is computed\nfrom the payload as the claim computes it"))
     }
 
     @Test func databaseCommands_withoutDatabaseURL_exit78NamingIt() async throws {
