@@ -5,7 +5,7 @@ import Push
 import Synchronization
 import Testing
 
-/// The sender's wrong-key brake over the wire (SPEC §3 "A wrong key is not evidence against the fleet").
+/// The disable brake over the wire for SENDER_ID_MISMATCH (SPEC §3 "A wrong key is not evidence against the fleet").
 @Suite("SENDER_ID_MISMATCH: a stale token or a wrong key")
 struct SenderMismatchTests {
     static let pausedForWrongKey: @Sendable (FCMHealth) -> Bool = { health in
