@@ -46,8 +46,11 @@ package struct DisableBrake: Sendable {
 
     /// Distinct devices remembered.
     package static let windowSize = 20
-    /// Answers of one kind needed before either verdict is given.
+    /// Disabling answers needed before a project fault is declared (a fresh instance's first two are retried).
     package static let minimumEvidence = 3
+    /// Healthy answers needed before a disable: one device answering normally shows FCM knows the project and the path,
+    /// so a small deployment (one healthy phone, one dead) still disables its dead token.
+    package static let minimumHealthy = 1
     /// Disabling answers (this one included) a full window may hold for the brake to vouch for a disable. The first
     /// answers of a project-wide fault look the same, so each instance may vouch for this many at its onset: the fleet's
     /// short window (`disableDevicesQuery`) bounds those.
@@ -62,7 +65,7 @@ package struct DisableBrake: Sendable {
     /// With a window of 20, `disable` needs `m <= h`, so one instance disables at most 10 devices after any history.
     package static func verdict(disabling m: Int, healthy h: Int) -> Verdict {
         if m >= minimumEvidence && m > h { return .projectFault }
-        if h >= minimumEvidence && m <= h { return .disable }
+        if h >= minimumHealthy && m <= h { return .disable }
         return .undecided
     }
 

@@ -12,9 +12,9 @@ extension OutboxStore {
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
     /// The fleet's disable cap (SPEC §3 "at most 10 devices are disabled by the whole fleet"): the disables, of every
-    /// instance, that the ledger may hold in `fleetDisableWindow` without the sender's brake vouching for them, and in
-    /// `fleetDisableBurst` whatever the brake said (the onset of a project-wide fault looks like a stale token to each
-    /// instance's first answers, so a vouched disable is held too while many come at once).
+    /// instance, that the ledger may hold in `fleetDisableBurst` whatever the brake said (the onset of a project-wide
+    /// fault looks like a dead token to each instance's first answers), and in `fleetDisableWindow` once one of them was
+    /// not vouched for by the sender's brake.
     public static let fleetDisableCap = 10
     public static let fleetDisableWindow: Duration = .seconds(3600)
     public static let fleetDisableBurst: Duration = .seconds(60)
@@ -29,9 +29,10 @@ extension OutboxStore {
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began or the
     /// fleet's cap is reached, and records each disable in `"PushDeviceDisabled"` in the same statement (the evidence,
     /// the fleet's count, and the undo list for `devices enable`). The cap counts the ledger's disables not restored by
-    /// `devices enable`: fewer than `fleetDisableCap` in `fleetDisableBurst`, and, unless the brake vouched for this one,
-    /// fewer than `fleetDisableCap` unvouched in `fleetDisableWindow`. A healthy fleet's stale tokens are vouched for
-    /// and go through; a project-wide fault's are not, and the whole fleet stops at the cap. A disable held by the cap
+    /// `devices enable`: fewer than `fleetDisableCap` in `fleetDisableBurst`; and fewer than `fleetDisableCap` in
+    /// `fleetDisableWindow`, unless the brake vouched for this one and for every other in that window. A healthy fleet's
+    /// dead tokens are vouched for and need only the burst's room; a project-wide fault's are vouched for only at its
+    /// onset (each instance's first two), so the whole fleet stops at the cap. A disable held by the cap
     /// leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE). The ledger's `"disabledAt"` is
     /// the device's new `"updatedAt"` (one `now()` per transaction): `devices enable` re-enables only devices nobody
     /// changed since. One entry per device: its id, when the send began, the reason code, the event key, FCM's error
@@ -44,7 +45,7 @@ extension OutboxStore {
                                  \(vouched.map { $0 ? "true" : "false" })::boolean[]) WITH ORDINALITY AS v(id, started, reason, key, err, vouched, n)
         ), recent AS (
             SELECT count(*) FILTER (WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableBurst.asSeconds)::double precision)) AS burst,
-                   count(*) FILTER (WHERE NOT l.vouched) AS unvouched
+                   count(*) FILTER (WHERE NOT l.vouched) AS unvouched, count(*) AS total
             FROM "PushDeviceDisabled" l
             WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableWindow.asSeconds)::double precision) AND l."restoredAt" IS NULL
         ), candidates AS (
@@ -57,7 +58,8 @@ extension OutboxStore {
                 SELECT c.*, row_number() OVER w AS nth, count(*) FILTER (WHERE NOT c.vouched) OVER w AS nth_unvouched
                 FROM candidates c WINDOW w AS (ORDER BY c.n)
             ) c CROSS JOIN recent
-            WHERE recent.burst + c.nth <= \(fleetDisableCap) AND (c.vouched OR recent.unvouched + c.nth_unvouched <= \(fleetDisableCap))
+            WHERE recent.burst + c.nth <= \(fleetDisableCap)
+              AND ((c.vouched AND recent.unvouched + c.nth_unvouched = 0) OR recent.total + c.nth <= \(fleetDisableCap))
         ), disabled AS (
             UPDATE "PushDevice" d
             SET "isEnabled" = false, "updatedAt" = now()

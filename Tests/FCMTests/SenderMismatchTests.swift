@@ -12,7 +12,7 @@ struct SenderMismatchTests {
         if case .paused(.project, let reason) = health { reason.contains("SENDER_ID_MISMATCH") } else { false }
     }
 
-    /// A stale token is retried while no other device has answered, and disabled once three have answered healthy.
+    /// A stale token is retried while no other device has answered, and disabled once others have answered healthy.
     @Test func staleToken_isRetriedAlone_andDisabledAmongHealthyDevices() async throws {
         let rig = try FCMSenderTests.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }
