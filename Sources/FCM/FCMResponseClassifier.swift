@@ -21,6 +21,9 @@ public enum FCMResponseClassifier {
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
     static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
+    /// The disable reason of Google's plain 404 NOT_FOUND (no FcmError detail): UNREGISTERED for the device (its code in
+    /// the ledger), NOT_FOUND for the brake.
+    public static let plainNotFoundReason = "UNREGISTERED: 404 NOT_FOUND without an FcmError detail"
     /// The retry reason of a 429 for one device's message rate (not the project's quota).
     public static let deviceQuotaReason = "QUOTA_EXCEEDED_DEVICE"
     /// The retry reason of a 429 for the project's quota.
@@ -108,10 +111,11 @@ public enum FCMResponseClassifier {
             return .projectFault(reason: "HTTP \(status) that is not an FCM answer (check FCM_BASE_URL and any proxy)",
                                  retryAfter: retryAfter)
         }
-        if code == "UNREGISTERED" || (code == nil && error.status == "NOT_FOUND") {
-            return .outcome(.tokenInvalid(reason: "UNREGISTERED"))
-        }
-        // Evidence against the token only when other devices answer healthy: FCMSender judges it (SenderMismatchBrake).
+        if code == "UNREGISTERED" { return .outcome(.tokenInvalid(reason: "UNREGISTERED")) }
+        // The same for one device, but also what a deleted project or a rewritten path answers: FCMSender's brake names it.
+        if code == nil && error.status == "NOT_FOUND" { return .outcome(.tokenInvalid(reason: plainNotFoundReason)) }
+        // Every disabling answer is evidence against the token only when other devices answer healthy: FCMSender
+        // judges it (DisableBrake).
         if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
         if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
         if code == "UNAVAILABLE" || code == "INTERNAL" { return .outcome(.retry(reason: code!, after: retryAfter, minimumBackoff: nil)) }

@@ -48,10 +48,10 @@ public final class FCMSender: PushSender {
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
     let gate: SendGate
-    /// Tells a stale token's SENDER_ID_MISMATCH from a wrong key's (SPEC §3).
-    private let mismatches: SenderMismatchGuard
-    /// The gate's reason for a wrong key: names SENDER_ID_MISMATCH and the key's project for `/readyz` and the log.
-    private let wrongKeyReason: String
+    /// Tells a dead token's disabling answer from a fault of the project (SPEC §3).
+    private let disables: DisableGuard
+    /// The service account's project, named in the reasons of a project fault.
+    private let projectId: String
     private let quotaPause: Duration
 
     /// `onHealth` hears when sending pauses for a fault and when it resumes (`/readyz`'s `fcm` check);
@@ -60,14 +60,13 @@ public final class FCMSender: PushSender {
                 now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                 onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws(HTTPError) {
         // Overload and connection faults pause after this many in a row (a single device's 429 must not).
-        let mismatches = SenderMismatchGuard(metrics: metrics)
-        self.mismatches = mismatches
+        let disables = DisableGuard(metrics: metrics)
+        self.disables = disables
         gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), budget: configuration.maxSendsPerSecond,
-                        logger: logger, metrics: metrics, onHealth: onHealth, onResume: { mismatches.recovered() })
+                        logger: logger, metrics: metrics, onHealth: onHealth, onResume: { disables.recovered() })
         quotaPause = configuration.quotaPause
         maxHeldThroughPause = configuration.maxHeldThroughPause
-        wrongKeyReason = "SENDER_ID_MISMATCH from most devices: the service account (project \(configuration.serviceAccount.projectId)) "
-            + "is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
+        projectId = configuration.serviceAccount.projectId
         http = try HTTPClient(configuration: configuration.http)
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
                                      logger: logger, now: now, onStatus: onCredentials)
@@ -176,8 +175,8 @@ public final class FCMSender: PushSender {
             // A success never needs the headers: skip parsing them.
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
-            case .outcome(.tokenInvalid(reason: Self.senderIdMismatch)):
-                judgeMismatch(push, ticket: ticket, completion)
+            case .outcome(.tokenInvalid(let reason, _)):
+                judgeDisable(push, reason: reason, ticket: ticket, completion)
             case .outcome(let outcome):
                 if case .retry(let reason, let after, let minimum) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
                     // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
@@ -186,7 +185,7 @@ public final class FCMSender: PushSender {
                                quota: quota, ticket: ticket)
                 } else {
                     // A device over its own message rate says nothing against FCM or the project.
-                    if Self.vouchesForTheKey(outcome) { mismatches.healthy(token: push.token) }
+                    if Self.isHealthy(outcome) { disables.healthy(token: push.token) }
                     gate.healthy(ticket: ticket)
                 }
                 completion(outcome)
@@ -211,35 +210,57 @@ public final class FCMSender: PushSender {
         }
     }
 
-    /// FCM's errorCode for a token of another sender, and the reason a device is disabled with.
-    static let senderIdMismatch = "SENDER_ID_MISMATCH"
-    /// How long an undecided SENDER_ID_MISMATCH waits at least before it is sent again (the engine's backoff may be longer).
-    static let undecidedMismatchRetry: Duration = .seconds(2)
+    /// How long an undecided disabling answer waits at least before it is sent again (the engine's backoff may be longer).
+    static let undecidedDisableRetry: Duration = .seconds(2)
 
-    /// A SENDER_ID_MISMATCH is evidence against the device only when other devices' answers show the key is right
-    /// (SPEC §3 "A wrong key is not evidence against the fleet").
-    private func judgeMismatch(_ push: DoseTakenPush, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
-        switch mismatches.mismatch(token: push.token) {
+    /// An answer that would disable the device is evidence against it only when other devices' answers show the project
+    /// is fine (SPEC §3 "The same holds for every answer that would disable a device").
+    private func judgeDisable(_ push: DoseTakenPush, reason: String, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
+        let answer = Self.disablingAnswer(reason)
+        let judgement = disables.disabling(answer, token: push.token)
+        switch judgement.verdict {
         case .disable:
             gate.healthy(ticket: ticket)
-            completion(.tokenInvalid(reason: Self.senderIdMismatch))
+            completion(.tokenInvalid(reason: reason, vouched: judgement.vouched))
         case .projectFault:
-            gate.fault(.project, reason: wrongKeyReason, retryAfter: nil, ticket: ticket)
-            completion(.retry(reason: "PROJECT_FAULT: \(Self.senderIdMismatch)", after: nil, minimumBackoff: nil))
+            gate.fault(.project, reason: faultReason(judgement.dominant), retryAfter: nil, ticket: ticket)
+            completion(.retry(reason: "PROJECT_FAULT: \(judgement.dominant.rawValue)", after: nil, minimumBackoff: nil))
         case .undecided:
             // Too little evidence to disable or to pause: the device keeps its token and the send comes back. FCM did
             // answer for the device, so a probe that gets this answer ends its pause (never a stuck gate).
             gate.healthy(ticket: ticket)
-            completion(.retry(reason: "\(Self.senderIdMismatch)_UNCONFIRMED", after: Self.undecidedMismatchRetry, minimumBackoff: nil))
+            completion(.retry(reason: "\(answer.rawValue)_UNCONFIRMED", after: Self.undecidedDisableRetry, minimumBackoff: nil))
         }
     }
 
-    /// An answer about the device itself (accepted, a dead token, its own message rate) shows the key belongs to the
-    /// token's project. Payload bugs and APNs credentials say nothing about that.
-    private static func vouchesForTheKey(_ outcome: SendOutcome) -> Bool {
+    /// The brake's name for a disable reason from `FCMResponseClassifier`.
+    static func disablingAnswer(_ reason: String) -> DisableBrake.Answer {
+        if reason == FCMResponseClassifier.plainNotFoundReason { return .notFound }
+        return DisableBrake.Answer(rawValue: String(reason.prefix { $0.isUppercase || $0 == "_" })) ?? .unregistered
+    }
+
+    /// What `/readyz` and the log say when most devices give `answer`: the answer, and where an operator looks.
+    func faultReason(_ answer: DisableBrake.Answer) -> String {
+        let what = switch answer {
+        case .senderIdMismatch:
+            "the service account (project \(projectId)) is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
+        case .notFound:
+            "FCM does not know project \(projectId) at this URL (a deleted or mistyped project, or a proxy rewriting the path); "
+                + "check project_id in FCM_SERVICE_ACCOUNT_FILE, FCM_BASE_URL and any proxy"
+        case .unregistered:
+            "FCM calls the tokens of project \(projectId) unregistered; check that the app registers its tokens with this Firebase project"
+        case .invalidToken:
+            "FCM refuses the tokens as invalid for project \(projectId); check how the app and the API store tokens"
+        }
+        return "\(answer.rawValue) from most devices: \(what)"
+    }
+
+    /// An answer about the device itself that FCM accepted (a send, its own message rate) shows the project and the path
+    /// work. Payload bugs and APNs credentials say nothing about that.
+    private static func isHealthy(_ outcome: SendOutcome) -> Bool {
         switch outcome {
-        case .sent, .tokenInvalid, .retry: true
-        case .permanentFailure, .notSent: false
+        case .sent, .retry: true
+        case .permanentFailure, .notSent, .tokenInvalid: false
         }
     }
 

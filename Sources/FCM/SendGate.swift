@@ -174,7 +174,7 @@ final class SendGate: Sendable {
         case .paused(let kind, let reason, let pause):
             let metadata: LogMetadata = ["fcm.fault": kind.rawValue, "fcm.error": reason, "fcm.pause": pause.logSeconds]
             if kind == .project {
-                logger.error("FCM refuses the project; sending paused, nothing disabled; operator action needed", metadata: metadata)
+                logger.error("FCM refuses the project; sending paused, no device disabled while it lasts; operator action needed", metadata: metadata)
             } else {
                 logger.warning("FCM is failing for every send; sending paused", metadata: metadata)
             }

@@ -18,9 +18,15 @@ extension FCMEmulator {
         case .message(let token, let collapseId, let validateOnly): message = (token, collapseId, validateOnly)
         }
         if let answer = transientAnswer(token: message.token) { return answer }
-        if state.withLock({ $0.projectFault }) == .senderIdMismatch {
+        switch currentProjectFault() {
+        case .senderIdMismatch?:
             count("project_sender_id_mismatch")
             return Self.senderIdMismatch()
+        case .notFound?:
+            count("project_not_found")
+            return Self.plainNotFound()
+        default:
+            break
         }
         if let answer = tokenAnswer(token: message.token, project: project) { return answer }
         if message.validateOnly {
@@ -60,7 +66,7 @@ extension FCMEmulator {
 
     /// The answer to every send while a project fault is set.
     private func projectFaultAnswer(project: String) -> HTTPServerResponse? {
-        switch state.withLock({ $0.projectFault }) {
+        switch currentProjectFault() {
         case .htmlNotFound?:
             count("project_html_404")
             return HTTPServerResponse(status: 404, headers: ["Content-Type": "text/html; charset=UTF-8"],
@@ -74,10 +80,23 @@ extension FCMEmulator {
             count("project_unavailable")
             return Self.googleError(503, "UNAVAILABLE", "The service is currently unavailable.", errorCode: "UNAVAILABLE",
                                     retryAfter: String(seconds))
-        case .senderIdMismatch?, nil:
-            // SENDER_ID_MISMATCH needs an authenticated, valid message first: `send` answers it.
+        case .senderIdMismatch?, .notFound?, nil:
+            // These need an authenticated, valid message first: `send` answers them.
             return nil
         }
+    }
+
+    /// The project fault set now: `setProjectFault`'s, else the plain 404 `Configuration.notFoundAfter` starts once that
+    /// long has passed since the emulator started (a healthy start, then a deleted project).
+    private func currentProjectFault() -> ProjectFault? {
+        if let fault = state.withLock({ $0.projectFault }) { return fault }
+        if let after = configuration.notFoundAfter, Date().timeIntervalSince(startedAt) >= after.asSeconds { return .notFound }
+        return nil
+    }
+
+    /// Google's answer when the project (or the path) is unknown: 404 NOT_FOUND without an FcmError detail.
+    static func plainNotFound() -> HTTPServerResponse {
+        googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: nil)
     }
 
     /// FCM's answer to a token registered with another sender (another Firebase project than the key's).
@@ -200,6 +219,8 @@ extension FCMEmulator {
         let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
             ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
             ("mismatch-", { Self.senderIdMismatch() }),
+            // Google's plain 404 for one token (no FcmError detail): taken as UNREGISTERED.
+            ("notfound-", { Self.plainNotFound() }),
             // The invalid-token answer in both shapes FCM uses: named by the message, or by a field violation.
             ("invalid-", { Self.googleError(400, "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
                                              errorCode: "INVALID_ARGUMENT") }),

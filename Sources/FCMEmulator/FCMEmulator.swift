@@ -36,6 +36,9 @@ public final class FCMEmulator: Sendable {
         /// a send over it gets Google's 429 RESOURCE_EXHAUSTED with the QUOTA_EXCEEDED FcmError and no `Retry-After`.
         /// nil: no quota.
         public var projectQuota: (rate: Double, burst: Int)?
+        /// Answer every send with Google's plain 404 NOT_FOUND (`ProjectFault.notFound`) once this long has passed since
+        /// start: a healthy start, then a deleted project or a proxy rewriting the path. nil: never.
+        public var notFoundAfter: Duration?
 
         public init(assertionPublicKeyPEM: String, tls: TLSIdentity?) {
             self.assertionPublicKeyPEM = assertionPublicKeyPEM
@@ -104,6 +107,9 @@ public final class FCMEmulator: Sendable {
         /// 403 SENDER_ID_MISMATCH (with the FcmError detail) for every token, as FCM answers a service account of
         /// another Firebase project than the tokens'. Answered after authentication and validation, as FCM does.
         case senderIdMismatch
+        /// Google's plain 404 NOT_FOUND ("Requested entity was not found.", no FcmError detail) for every send, as FCM
+        /// answers for a deleted or mistyped project or a path a proxy rewrote. Answered after authentication and validation.
+        case notFound
     }
 
     /// Refuses every token request as Google does when the service account's key is deleted or disabled (400

@@ -11,27 +11,65 @@ extension OutboxStore {
     /// primary-key probe per event whatever the queue holds.
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
-    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and
-    /// records each disable in `"PushDeviceDisabled"` in the same statement (the evidence, and the undo list for
-    /// `devices enable`). The ledger's `"disabledAt"` is the device's new `"updatedAt"` (one `now()` per transaction):
-    /// `devices enable` re-enables only devices nobody changed since. One entry per device: its id, when the send began,
-    /// the reason code, the event key and FCM's error.
-    static func disableDevicesQuery(ids: [String], started: [Date], reasons: [String], keys: [String], errors: [String]) -> PostgresQuery {
+    /// The fleet's disable cap (SPEC §3 "at most 10 devices are disabled by the whole fleet"): the disables, of every
+    /// instance, that the ledger may hold in `fleetDisableBurst` whatever the brake said (the onset of a project-wide
+    /// fault looks like a dead token to each instance's first answers), and in `fleetDisableWindow` once one of them was
+    /// not vouched for by the sender's brake.
+    public static let fleetDisableCap = 10
+    public static let fleetDisableWindow: Duration = .seconds(3600)
+    public static let fleetDisableBurst: Duration = .seconds(60)
+    /// The transaction-scoped advisory lock that orders the fleet's disable statements, so each counts the ledger with
+    /// the others' disables in it (taken first in a flush that disables; held until its commit).
+    static let fleetDisableLock: Int64 = 0x6d77_6469_7362_726b  // "mwdisbrk"
+
+    /// Taken before `disableDevicesQuery` in the same pipelined transaction (no round trip of its own): the disable
+    /// statement's snapshot, taken after the lock is granted, sees every disable committed before.
+    static var fleetDisableLockQuery: PostgresQuery { "SELECT pg_advisory_xact_lock(\(fleetDisableLock)::bigint)" }
+
+    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began or the
+    /// fleet's cap is reached, and records each disable in `"PushDeviceDisabled"` in the same statement (the evidence,
+    /// the fleet's count, and the undo list for `devices enable`). The cap counts the ledger's disables not restored by
+    /// `devices enable`: fewer than `fleetDisableCap` in `fleetDisableBurst`; and fewer than `fleetDisableCap` in
+    /// `fleetDisableWindow`, unless the brake vouched for this one and for every other in that window. A healthy fleet's
+    /// dead tokens are vouched for and need only the burst's room; a project-wide fault's are vouched for only at its
+    /// onset (each instance's first two), so the whole fleet stops at the cap. A disable held by the cap
+    /// leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE). The ledger's `"disabledAt"` is
+    /// the device's new `"updatedAt"` (one `now()` per transaction): `devices enable` re-enables only devices nobody
+    /// changed since. One entry per device: its id, when the send began, the reason code, the event key, FCM's error
+    /// and whether the brake vouched for it.
+    static func disableDevicesQuery(ids: [String], started: [Date], reasons: [String], keys: [String], errors: [String],
+                                    vouched: [Bool]) -> PostgresQuery {
         """
         WITH v AS (
-            SELECT * FROM unnest(\(ids)::text[], \(started)::timestamptz[], \(reasons)::text[], \(keys)::text[], \(errors)::text[])
-                AS v(id, started, reason, key, err)
+            SELECT * FROM unnest(\(ids)::text[], \(started)::timestamptz[], \(reasons)::text[], \(keys)::text[], \(errors)::text[],
+                                 \(vouched.map { $0 ? "true" : "false" })::boolean[]) WITH ORDINALITY AS v(id, started, reason, key, err, vouched, n)
+        ), recent AS (
+            SELECT count(*) FILTER (WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableBurst.asSeconds)::double precision)) AS burst,
+                   count(*) FILTER (WHERE NOT l.vouched) AS unvouched, count(*) AS total
+            FROM "PushDeviceDisabled" l
+            WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableWindow.asSeconds)::double precision) AND l."restoredAt" IS NULL
+        ), candidates AS (
+            SELECT DISTINCT ON (v.id) v.* FROM v JOIN "PushDevice" d ON d.id = v.id
+            WHERE d."isEnabled" AND d."lastSeenAt" < v.started
+            ORDER BY v.id, v.n
+        ), admitted AS (
+            -- In the flush's order: each counts the ones before it.
+            SELECT c.* FROM (
+                SELECT c.*, row_number() OVER w AS nth, count(*) FILTER (WHERE NOT c.vouched) OVER w AS nth_unvouched
+                FROM candidates c WINDOW w AS (ORDER BY c.n)
+            ) c CROSS JOIN recent
+            WHERE recent.burst + c.nth <= \(fleetDisableCap)
+              AND ((c.vouched AND recent.unvouched + c.nth_unvouched = 0) OR recent.total + c.nth <= \(fleetDisableCap))
         ), disabled AS (
             UPDATE "PushDevice" d
             SET "isEnabled" = false, "updatedAt" = now()
-            FROM v
-            WHERE d.id = v.id AND d."isEnabled" AND d."lastSeenAt" < v.started
+            FROM admitted a
+            WHERE d.id = a.id AND d."isEnabled" AND d."lastSeenAt" < a.started
             RETURNING d.id
         )
-        INSERT INTO "PushDeviceDisabled" ("pushDeviceId", reason, "eventKey", "lastError", "disabledAt")
-        SELECT DISTINCT ON (v.id) v.id, v.reason, v.key, v.err, now()
-        FROM disabled JOIN v ON v.id = disabled.id
-        ORDER BY v.id
+        INSERT INTO "PushDeviceDisabled" ("pushDeviceId", reason, "eventKey", "lastError", "disabledAt", vouched)
+        SELECT a.id, a.reason, a.key, a.err, now(), a.vouched
+        FROM disabled JOIN admitted a ON a.id = disabled.id
         RETURNING "pushDeviceId" AS id
         """
     }
@@ -46,22 +84,31 @@ extension OutboxStore {
     /// still PENDING (a delivery fanned out before migration 7 names no patient and counts for every event of its key) (the ones this statement just settled do not count: the EXISTS sees the statement's
     /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery result
     /// (`deliveries` … `answeredAt`: when FCM's answer came, UNIX seconds, a SENT delivery's `"sentAt"`) and per event
-    /// settlement (`events` … `leases`).
+    /// settlement (`events` … `leases`). A DISABLE result (its `answeredAt` is when the send began) is FAILED when the
+    /// flush's disable statement, earlier in the transaction, disabled the device or the app re-registered it since;
+    /// else the fleet's cap held it and it stays PENDING, retried with its event.
     static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
                               delays: [Double], errors: [String?],
                               leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
-            SELECT * FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[],
-                                 \(answeredAt)::double precision[])
-                AS r(id, kind, detail, token, key, answered)
+            SELECT u.*, u.kind = 'DISABLE' AND EXISTS (
+                       -- Still enabled and not re-registered since the send began: the disable statement held it.
+                       SELECT 1 FROM "PushDelivery" x JOIN "PushDevice" d ON d.id = x."pushDeviceId"
+                       WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.answered)) AS held
+            FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[],
+                        \(answeredAt)::double precision[])
+                AS u(id, kind, detail, token, key, answered)
         ), delivered AS (
             UPDATE "PushDelivery" pd
-            SET status = CASE r.kind WHEN 'RETRY' THEN pd.status ELSE r.kind END,
+            SET status = CASE r.kind WHEN 'RETRY' THEN pd.status WHEN 'DISABLE' THEN CASE WHEN r.held THEN pd.status ELSE 'FAILED' END
+                              ELSE r.kind END,
                 "sentAt" = CASE WHEN r.kind = 'SENT' THEN to_timestamp(r.answered) ELSE pd."sentAt" END,
                 "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
-                "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL ELSE r.detail END,
+                "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL
+                                   WHEN r.held THEN 'DISABLE_HELD: the fleet''s disable cap is reached; retried: ' || r.detail
+                                   ELSE r.detail END,
                 "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM r
             WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = 'PENDING'
@@ -163,7 +210,7 @@ extension OutboxStore {
 
     /// The statements of one flush, and how to read their answers.
     struct CompletionPlan {
-        enum Role { case disableDevices, finishEvents, complete, release }
+        enum Role { case lock, disableDevices, finishEvents, complete, release }
         var statements: [(role: Role, query: PostgresQuery)] = []
         var finished: [FinishedEvent] = []
 
@@ -175,7 +222,7 @@ extension OutboxStore {
                 case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.status }
                 case .complete:
                     for row in rows { summary.eventStatuses[try row["id"].decode(Int64.self)] = try row["status"].decode(OutboxStatus.self) }
-                case .release: break
+                case .release, .lock: break
                 }
             }
             return summary
@@ -185,27 +232,31 @@ extension OutboxStore {
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
         var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
         var answered: [Double] = []
-        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String]())
+        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String](), vouched: [Bool]())
         for result in completion.deliveries {
             let kind: String, detail: String
             switch EventFate.delivery(result.outcome) {
             case .sent(let name): (kind, detail) = (DeliveryOutcomeKind.sent.rawValue, name)
             case .failed(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
             case .retry(let reason): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
-            case .failedDisablingDevice(let code, let reason):
-                (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
+            case .failedDisablingDevice(let code, let reason, let vouched):
+                (kind, detail) = (DeliveryOutcomeKind.disable.rawValue, reason)
                 disable.ids.append(result.deviceId); disable.started.append(result.claimedAt)
                 disable.reasons.append(code); disable.keys.append(result.eventKey); disable.errors.append(reason)
+                disable.vouched.append(vouched)
             case .release:
                 continue  // the completer releases these instead
             }
             ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
-            answered.append(result.answeredAt.timeIntervalSince1970)
+            // A DISABLE's time is when its send began: the completion statement tells a held disable from a re-registration.
+            answered.append((kind == DeliveryOutcomeKind.disable.rawValue ? result.claimedAt : result.answeredAt).timeIntervalSince1970)
         }
         var plan = CompletionPlan()
         if !disable.ids.isEmpty {
+            // The lock first, before any row lock of the flush: every flush that disables takes it in the same order.
+            plan.statements.append((.lock, fleetDisableLockQuery))
             plan.statements.append((.disableDevices, disableDevicesQuery(ids: disable.ids, started: disable.started, reasons: disable.reasons,
-                                                                         keys: disable.keys, errors: disable.errors)))
+                                                                         keys: disable.keys, errors: disable.errors, vouched: disable.vouched)))
         }
         let finished = completion.finished
         if !finished.isEmpty {

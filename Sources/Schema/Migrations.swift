@@ -233,5 +233,13 @@ public enum Migrations {
         ], concurrentIndexes: [
             ConcurrentIndex("PushDevice_token_lastSeenAt_idx", on: #""PushDevice" (token, "lastSeenAt", id)"#),
         ]),
+        // The fleet's disable cap (SPEC §3): the disable statement counts the ledger's
+        // recent rows, and a disable the sender's brake vouched for (one dead token among healthy answers) is held only
+        // by the short window; rows written before this migration count as not vouched.
+        Migration(version: 8, name: "disable ledger: vouched disables, for the fleet's disable cap", statements: [
+            """
+            ALTER TABLE "PushDeviceDisabled" ADD COLUMN IF NOT EXISTS vouched boolean NOT NULL DEFAULT false
+            """,
+        ]),
     ]
 }

@@ -9,6 +9,8 @@ import HTTPServer
 //                [--token-bytes N]             (issued access tokens are N bytes long, as Google's ~1 KB ones)
 //                [--token-lifetime S]          (issued access tokens expire after S seconds; Google's live 3600)
 //                [--sender-id-mismatch]        (every send answers 403 SENDER_ID_MISMATCH: a key of another project)
+//                [--not-found-after S]         (after S seconds of normal answers, every send answers Google's plain 404
+//                                              NOT_FOUND with no FcmError detail: a deleted project, a rewritten path)
 //                [--quota-per-second N [--quota-burst B]]  (the project's quota: sends over N/s, B more at once (default
 //                                              100), get 429 QUOTA_EXCEEDED without Retry-After, as nginx's limit_req)
 // Prints "fcm-emulator listening on URL" and serves until SIGTERM/SIGINT.
@@ -54,6 +56,10 @@ if let rate = options["--quota-per-second"] {
     guard let perSecond = Double(rate), perSecond > 0 else { fail("--quota-per-second must be a positive number, got \(rate)") }
     guard let burst = Int(options["--quota-burst"] ?? "100"), burst >= 0 else { fail("--quota-burst must be a whole number") }
     configuration.projectQuota = (perSecond, burst)
+}
+if let seconds = options["--not-found-after"] {
+    guard let after = Double(seconds), after >= 0 else { fail("--not-found-after must be a number of seconds >= 0, got \(seconds)") }
+    configuration.notFoundAfter = .milliseconds(Int64(after * 1000))
 }
 let emulator: FCMEmulator
 do { emulator = try FCMEmulator(configuration: configuration) } catch { fail("\(error)") }

@@ -31,8 +31,9 @@ struct FCMResponseClassifierTests {
     /// Evidence against the token, and only that, disables a device.
     @Test func deadTokens_areTokenInvalid() {
         #expect(classify(404, Self.body(404, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+        // Google's plain 404 (no FcmError detail): UNREGISTERED for the device, named NOT_FOUND by the brake.
         #expect(classify(404, Self.body(404, "NOT_FOUND", message: "Requested entity was not found."))
-                == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+                == .outcome(.tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason)))
         #expect(classify(403, Self.body(403, "PERMISSION_DENIED", fcm: "SENDER_ID_MISMATCH")) == .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")))
         // The invalid-token answer names the token by message, by a message.token violation, or both.
         #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", message: Self.invalidTokenMessage))

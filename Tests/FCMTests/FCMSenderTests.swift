@@ -64,11 +64,13 @@ struct FCMSenderTests {
     }
 
     @Test(arguments: [
-        ("unregistered-1", SendOutcome.tokenInvalid(reason: "UNREGISTERED")),
-        // Alone, with no other device's answer to judge it by, a mismatch is retried (SenderMismatchTests).
+        // Alone, with no other device's answer to judge it by, a disabling answer is retried (DisableBrakeTests,
+        // SenderMismatchTests); `disablingAnswers_amongHealthyDevices_disable` has them among healthy answers.
+        ("unregistered-1", SendOutcome.retry(reason: "UNREGISTERED_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
+        ("notfound-1", .retry(reason: "NOT_FOUND_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
         ("mismatch-1", .retry(reason: "SENDER_ID_MISMATCH_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
-        ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT")),
-        ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT")),
+        ("invalid-1", .retry(reason: "INVALID_ARGUMENT_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
+        ("invalidtokenfield-1", .retry(reason: "INVALID_ARGUMENT_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
         ("badarg-1", .permanentFailure(reason: "INVALID_ARGUMENT: Request contains an invalid argument.")),
         ("payload-1", .permanentFailure(reason: "INVALID_ARGUMENT: bad field message.apns.payload")),
         ("denied-1", .retry(reason: "PROJECT_FAULT: PERMISSION_DENIED", after: nil, minimumBackoff: nil)),
@@ -85,6 +87,29 @@ struct FCMSenderTests {
         defer { rig.sender.shutdown(); rig.emulator.stop() }
         #expect(await rig.sender.send(Self.push(token)) == expected)
         #expect(rig.emulator.receivedMessages.isEmpty)
+    }
+
+    /// Among healthy answers, each dead token is disabled at once, whatever the answer; the brake vouches for it.
+    @Test func disablingAnswers_amongHealthyDevices_disable() async throws {
+        let rig = try Self.rig()
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        for index in 0..<20 {
+            guard case .sent = await rig.sender.send(Self.push("good-\(index)")) else { Issue.record("not sent"); return }
+        }
+        let expected: [(String, SendOutcome)] = [
+            ("unregistered-1", .tokenInvalid(reason: "UNREGISTERED", vouched: true)),
+            ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, vouched: true)),
+            ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", vouched: true)),
+            ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", vouched: true)),
+            ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", vouched: true)),
+        ]
+        for (token, outcome) in expected {
+            #expect(await rig.sender.send(Self.push(token)) == outcome, "\(token)")
+            // A window of healthy answers in between: each dead token is alone among them.
+            for index in 0..<20 { _ = await rig.sender.send(Self.push("good-\(index)-\(token)")) }
+        }
+        #expect(rig.metrics.value("fcm_sender_id_mismatch_total", labels: ["answer": "NOT_FOUND", "verdict": "disabled"]) == 1)
+        #expect(rig.metrics.value("fcm_send_paused") == 0)
     }
 
     @Test func retryAfterAsHTTPDate_overTheWire() async throws {

@@ -115,7 +115,7 @@ final class Completer: Sendable {
                 continue
             case .record(let send, let outcome):
                 var disabling: (device: String, reason: String)?
-                if case .tokenInvalid(let reason) = outcome { disabling = (send.delivery.deviceId, reason) }
+                if case .tokenInvalid(let reason, _) = outcome { disabling = (send.delivery.deviceId, reason) }
                 entries.append(.record(DeliveryResult(delivery: send.delivery, outcome: outcome),
                                        .init(group: send.group, delivery: send.delivery.id), disabling: disabling))
             case .release(let send):
@@ -151,7 +151,7 @@ final class Completer: Sendable {
         case .sent:
             metrics.delivered(.sent)
             if let createdAt = send.createdAt { metrics.waited(seconds: Date().timeIntervalSince(createdAt)) }
-        case .tokenInvalid(let reason):
+        case .tokenInvalid(let reason, _):
             metrics.delivered(.tokenInvalid)
             logger.info("device token is no longer valid", metadata: metadata(send, reason))
         case .permanentFailure(let reason):

@@ -69,6 +69,9 @@ enum DeliveryOutcomeKind: String {
     case sent = "SENT"
     case failed = "FAILED"
     case retry = "RETRY"
+    /// `FAILED` when the device was disabled by the flush's disable statement (or re-registered since the send began),
+    /// else `PENDING`: the fleet's disable cap held it.
+    case disable = "DISABLE"
 }
 
 /// The final state of an event decided without sending.
