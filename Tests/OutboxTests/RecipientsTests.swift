@@ -130,39 +130,20 @@ struct RecipientsTests {
         }
     }
 
-    /// The patient revoked the caregiver while the delivery waited for its retry (FCM was down): the retry does not go
-    /// out; the delivery ends FAILED saying why, and the event is DONE.
-    @Test func aLinkRevokedWhileADeliveryWaits_theRetryIsNotSent() async throws {
-        try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.caredForPatient(tokens: ["token-a"])
-            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
-            try await makeWorker(conninfo, sender: unavailable).0.drain()
-            #expect(try db.eventStatus(id).status == "PENDING")
-            try db.connection.query(#"UPDATE "CaregiverPatientLink" SET status = 'REVOKED' WHERE "caregiverId" = 'c1'"#)
-            try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now()"#)
-            let sender = ScriptedSender()
-            try await makeWorker(conninfo, sender: sender).0.drain()
-            #expect(sender.pushes.isEmpty)
-            #expect(try db.eventStatus(id).status == "DONE")
-            let row = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)[0]
-            #expect(try row["status"].string() == "FAILED")
-            #expect(row["lastError"].optionalString() == EventFate.linkNotActiveBeforeSend)
-        }
-    }
-
-    /// The phone changed hands while the delivery waited for its retry: it ends FAILED instead of reaching the new owner.
-    @Test func aTokenTakenOverWhileADeliveryWaits_theRetryIsNotSent() async throws {
+    /// Patient p1's caregiver c1 has one device (token "phone"); p1's event is answered 503 once, `change` happens while
+    /// its delivery waits for the retry, and the retry is due: nothing may be sent, the delivery ends FAILED with `reason`
+    /// and the event is DONE.
+    static func expectRetryNotSent(after change: String, reason: String) async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.patient("p1")
             try db.link(caregiver: "c1", patient: "p1")
-            try Self.device(db, owner: "c1", token: "phone", id: "c1-phone", lastSeen: "1 day")
+            try device(db, owner: "c1", token: "phone", id: "c1-phone", lastSeen: "1 day")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: unavailable).0.drain()
-            try Self.device(db, owner: "stranger", token: "phone", id: "stranger-phone", lastSeen: "1 minute")
+            #expect(try db.eventStatus(id).status == "PENDING")
+            try db.connection.query(change)
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now()"#)
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
@@ -170,8 +151,22 @@ struct RecipientsTests {
             #expect(try db.eventStatus(id).status == "DONE")
             let row = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)[0]
             #expect(try row["status"].string() == "FAILED")
-            #expect(row["lastError"].optionalString() == EventFate.tokenSupersededBeforeSend)
+            #expect(row["lastError"].optionalString() == reason)
         }
+    }
+
+    /// The patient revoked the caregiver while the delivery waited for its retry (FCM was down).
+    @Test func aLinkRevokedWhileADeliveryWaits_theRetryIsNotSent() async throws {
+        try await Self.expectRetryNotSent(after: #"UPDATE "CaregiverPatientLink" SET status = 'REVOKED' WHERE "caregiverId" = 'c1'"#,
+                                          reason: EventFate.linkNotActiveBeforeSend)
+    }
+
+    /// The phone changed hands while the delivery waited for its retry: it does not reach the new owner.
+    @Test func aTokenTakenOverWhileADeliveryWaits_theRetryIsNotSent() async throws {
+        try await Self.expectRetryNotSent(after: #"""
+            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
+            VALUES ('stranger-phone', 'CAREGIVER', 'stranger', 'phone', 'ios', 'PROD', true, now())
+            """#, reason: EventFate.tokenSupersededBeforeSend)
     }
 
     /// The cutover (SPEC §2.2): an old API instance still sends inline and inserts its delivery row with the seed's
