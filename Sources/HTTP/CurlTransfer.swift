@@ -264,6 +264,14 @@ final class CurlTransfer {
         return lookup == 0 && pretransfer == 0
     }
 
+    /// The request has a connection (new and set up, or reused) and has begun to be sent: libcurl records the
+    /// pre-transfer time only then.
+    var hasConnection: Bool {
+        var pretransfer: curl_off_t = 0
+        _ = mw_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer)
+        return pretransfer > 0
+    }
+
     /// New connections this transfer opened (0 when it reused one).
     var connectionsOpened: Int {
         var count = 0
