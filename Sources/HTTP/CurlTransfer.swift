@@ -201,25 +201,22 @@ final class CurlTransfer {
                                   bodyUnsent: Int(uploaded) < bodySize)
     }
 
-    /// Nothing came back, and either
-    /// - libcurl said "Connection died, tried N times before giving up": the request went out only on connections that
-    ///   closed before any answer, or on streams the server refused (a GOAWAY's). libcurl 7.88 reports it as a send
-    ///   error, or as the receive error that started its last retry (its retry count is never reset on a reused
-    ///   handle, so a refusal can give up at once); or
+    /// Nothing came back, and the server provably did not act on the request:
+    /// - libcurl said "Connection died, tried N times before giving up": it gave up retrying a stream the server
+    ///   refused (REFUSED_STREAM, or above a GOAWAY's last stream id, RFC 9113 §6.8) or a reused connection found
+    ///   closed. libcurl 7.88 reports it as a send error, or as the receive error that started its last retry (its
+    ///   retry count is never reset on a reused handle, so a refusal can give up at once); or
     /// - the HTTP/2 session ended (a GOAWAY) before the request's body had left: without its body (and the end of
     ///   its stream) the server cannot have acted on the request. libcurl 7.88 fails a stream it could not start on
-    ///   such a session with a bare HTTP/2 error; or
-    /// - libcurl failed the stream with a bare HTTP/2 error (no message of its own) after the body left: nghttp2 closed
-    ///   the stream itself, neither the server's answer nor its reset did. In libcurl 7.88 that is how the last stream
-    ///   a GOAWAY refuses ends (above the GOAWAY's last stream id: not processed, RFC 9113 §6.8): handling the refusal,
-    ///   it first reads what is pending, finds the session with nothing left to do, and returns CURLE_HTTP2 before it
-    ///   reaches its own REFUSED_STREAM retry (`http2_handle_stream_close`). Under GOAWAY every 50 requests beside a
-    ///   CPU hog, about one send in 60,000 ended so here. Were it ever a session nghttp2 ended on a protocol error
-    ///   instead, the push would be sent again either way: the engine retries every transport failure, later.
+    ///   such a session with a bare HTTP/2 error.
+    /// A bare HTTP/2 error after the body left is not sent again: libcurl 7.88 ends so both the last stream a GOAWAY
+    /// refuses and a stream at or below its last stream id (processed) whose answer nghttp2 rejected, and it exposes
+    /// neither the stream's id nor the GOAWAY's. It goes back to the engine as a transport failure (a retry later,
+    /// counted in the attempts).
     static func isUnprocessed(_ code: CURLcode, message: String, receivedAnything: Bool, bodyUnsent: Bool) -> Bool {
         guard !receivedAnything else { return false }
         if code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR { return message.hasPrefix("Connection died") }
-        return code == CURLE_HTTP2 && (bodyUnsent || message.isEmpty)
+        return code == CURLE_HTTP2 && bodyUnsent
     }
 
     /// Hands the result to whoever started the request (exactly once).
@@ -262,6 +259,14 @@ final class CurlTransfer {
         _ = mw_easy_getinfo_off(easy, CURLINFO_NAMELOOKUP_TIME_T, &lookup)
         _ = mw_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer)
         return lookup == 0 && pretransfer == 0
+    }
+
+    /// The request has a connection (new and set up, or reused) and has begun to be sent: libcurl records the
+    /// pre-transfer time only then.
+    var hasConnection: Bool {
+        var pretransfer: curl_off_t = 0
+        _ = mw_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer)
+        return pretransfer > 0
     }
 
     /// New connections this transfer opened (0 when it reused one).

@@ -230,6 +230,20 @@ public final class HTTPClient: Sendable {
         var lastKnownURL = ""
         /// The queue's first request waits for its server's first answer (so the driver may sleep until one comes).
         var headWaitsForProtocol = false
+        /// The queue's first request goes to a server not known to multiplex, and `connectingAtOnce` of its requests
+        /// are still without a connection.
+        var headWaitsForConnection = false
+
+        /// Requests to servers not known to multiplex (HTTP/1.1, or not answered yet) that may be without a connection at
+        /// once; the others wait in the queue. On HTTP/1.1 each request holds a connection, and with no bound each one
+        /// in flight opened its own at once: 150 handshakes asked together of a threaded server that does them one at a
+        /// time took seconds, some past the connect timeout, while quick answers free kept-alive connections within
+        /// milliseconds. With it, connections open as fast as the server completes handshakes, quick answers' are
+        /// reused, and a slow answer holds only its own.
+        static let connectingAtOnce = 4
+        /// Connections that requests to servers not known to multiplex left kept alive in the last turn: as many
+        /// requests may start beside `connectingAtOnce`, each reusing one.
+        var freedConnections = 0
 
         init(client: HTTPClient) {
             self.client = client
@@ -264,6 +278,7 @@ public final class HTTPClient: Sendable {
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
                     let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight && !headWaitsForProtocol
+                        && (!headWaitsForConnection || unmultiplexedRoom() > 0)
                     state.polling = !canAdmit && state.cancelled.isEmpty && !state.cancelAllRequested && !state.stopping
                     return state.polling
                 }
@@ -314,7 +329,10 @@ public final class HTTPClient: Sendable {
                 let room = max(0, client.configuration.maxInFlight - running.count)
                 var admitted = 0
                 var probes: [Substring: Int] = [:]
+                var unmultiplexedRoom = state.queued.isEmpty ? 0 : self.unmultiplexedRoom()
                 headWaitsForProtocol = false
+                headWaitsForConnection = false
+                freedConnections = 0
                 for item in state.queued {
                     if admitted == room { break }
                     if let server = unknownServer(of: item.request.url) {
@@ -324,6 +342,13 @@ public final class HTTPClient: Sendable {
                             break
                         }
                         probes[server, default: 0] += 1
+                    }
+                    if !multiplexes(item.request.url) {
+                        if unmultiplexedRoom == 0 {
+                            headWaitsForConnection = true
+                            break
+                        }
+                        unmultiplexedRoom -= 1
                     }
                     admitted += 1
                 }
@@ -392,6 +417,20 @@ public final class HTTPClient: Sendable {
             guard protocols[Self.server(of: url)] == true else { return false }
             lastMultiplexedURL = url
             return true
+        }
+
+        /// Requests that may start now to servers not known to multiplex: the connections freed in the last turn, and
+        /// `connectingAtOnce` less the requests in progress still without a connection (one that reuses a kept-alive
+        /// connection has it at once).
+        private func unmultiplexedRoom() -> Int {
+            guard unmultiplexedInFlight >= Self.connectingAtOnce else {
+                return freedConnections + Self.connectingAtOnce - unmultiplexedInFlight
+            }
+            var connecting = 0
+            for transfer in running.values where transfer.needsOwnConnection && !transfer.hasConnection {
+                connecting += 1
+            }
+            return freedConnections + max(0, Self.connectingAtOnce - connecting)
         }
 
         /// A server's first answer: its protocol is known, and once any server speaks HTTP/2 the host connection limit
@@ -482,6 +521,7 @@ public final class HTTPClient: Sendable {
                 }
                 running.removeValue(forKey: transfer.id)
                 let result = transfer.finish(code)
+                if transfer.needsOwnConnection, case .success = result { freedConnections += 1 }
                 if let server = transfer.probing, case .success(let response) = result {
                     learn(server, multiplexes: response.httpVersion == "2", multi)
                 }

@@ -190,8 +190,9 @@ struct FCMSenderTests {
     }
 
     /// Sends that wait in libcurl for a connection another send is opening, and reach their deadline there, never
-    /// reached FCM: they are retried without counting against FCM. Only the send that owns the stuck connection is a
-    /// connection fault, one of the five in a row that pause the sender (eight such faults paused it before).
+    /// reached FCM: they are retried without counting against FCM. Only a send that owns a stuck connection is a
+    /// connection fault, one of the five in a row that pause the sender (eight such faults paused it before). At most
+    /// four sends to a server not yet known to multiplex start at once, so the eight go in two waves of one owner each.
     @Test func sendsWaitingForAStuckConnection_areNotFaultsOfFCM() async throws {
         let fixtures = TLSFixtures.shared
         let keys = try fixtures.rsaKeyPair()
@@ -214,7 +215,8 @@ struct FCMSenderTests {
             guard case .retry(let reason, _, _) = outcome else { return "\(outcome)" }
             return String(reason.prefix { $0 != ":" })
         }
-        #expect(reasons.sorted() == ["TRANSPORT_QUEUED"] + Array(repeating: "TRANSPORT_QUEUED", count: 6) + ["TRANSPORT_TIMEOUT"])
+        #expect(reasons.allSatisfy { $0 == "TRANSPORT_QUEUED" || $0 == "TRANSPORT_TIMEOUT" }, "\(reasons)")
+        #expect((1...2).contains(reasons.filter { $0 == "TRANSPORT_TIMEOUT" }.count), "\(reasons)")
         #expect(metrics.value("fcm_send_paused") == 0)
     }
 
