@@ -36,3 +36,9 @@ mw_ensure_packages() {
   done
   return 0
 }
+
+# Inside scripts/test-trixie's Debian 13 container (run-time names there: the t64 libraries): what the
+# library-facing suites load and start. Not installed on the host.
+MW_TRIXIE_TEST_PACKAGES=(libcurl4t64 libnghttp2-14 libpq5 libssl3t64 libmicrohttpd12t64 libsystemd0
+                         postgresql pgbouncer nginx nghttp2-client tinyproxy stunnel4 openssl ca-certificates curl
+                         python3 procps)
