@@ -5,8 +5,11 @@
 #   source scripts/lib/packages.sh; mw_ensure_packages          # build, test, demo, faults, benches
 #   source scripts/lib/packages.sh; mw_ensure_packages ci       # also packaging and the systemd test (.ci/run)
 
-# Build: the C libraries behind Sources/C*/module.modulemap, and pkg-config to find them.
+# Build: the C libraries behind Sources/C*/module.modulemap, and pkg-config to find them; what the Swift toolchain
+# (/opt/swift, unpacked, not a Debian package) loads and links with on a bare Debian: a C/C++ toolchain and linker
+# (g++: libc6-dev, libstdc++ and libgcc's -dev packages, binutils), SwiftPM's sqlite, ncurses, libxml2, libedit.
 MW_PACKAGES=(libpq-dev libcurl4-openssl-dev libssl-dev libsystemd-dev libmicrohttpd-dev pkg-config
+             g++ libsqlite3-0 libncurses6 libxml2 libedit2 zlib1g
 # Run and test: a throwaway PostgreSQL, PgBouncer in front of it, nginx as a real HTTP/2 server, tinyproxy and
 # stunnel4 as an egress proxy, and the tools the scripts call.
              postgresql pgbouncer nginx nghttp2-client tinyproxy stunnel4 openssl ca-certificates curl python3 systemd)

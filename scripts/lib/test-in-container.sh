@@ -39,7 +39,7 @@ for filter in "$@"; do
   closing="$(grep -E 'Test run with [0-9]+ tests? .* (passed|failed)' "$out" | tail -1 | sed 's/^[^A-Za-z]*//')"
   ran="$(grep -oE 'Test run with [0-9]+ test' "$out" | tail -1 | grep -oE '[0-9]+' || echo 0)"
   # The tests that failed: "✘ Test name(…) … failed after …" (a parameterized one: "with N test cases failed").
-  mapfile -t failing < <(grep -E '^. Test [A-Za-z0-9_]+\(.*failed after' "$out" | sed -E 's/^. Test ([A-Za-z0-9_]+)\(.*/\1/' | sort -u)
+  mapfile -t failing < <(grep -E '^[^ ]+ Test [A-Za-z0-9_]+\(.*failed after' "$out" | sed -E 's/^[^ ]+ Test ([A-Za-z0-9_]+)\(.*/\1/' | sort -u)
   unexpected=()
   for t in "${failing[@]}"; do
     if reason="$(known_reason "$t")"; then notes+=("KNOWN FAIL  $filter: $t — $reason"); known=$((known + 1))
@@ -47,7 +47,7 @@ for filter in "$@"; do
   done
   for k in "${KNOWN[@]}"; do
     name="${k%%|*}"
-    if grep -qE "^. Test $name\(.*passed after" "$out"; then notes+=("NOW PASSES  $filter: $name — take it off KNOWN in scripts/lib/test-in-container.sh"); fi
+    if grep -qE "^[^ ]+ Test $name\(.*passed after" "$out"; then notes+=("NOW PASSES  $filter: $name — take it off KNOWN in scripts/lib/test-in-container.sh"); fi
   done
   if [[ "${ran:-0}" -eq 0 ]]; then
     failed=$((failed + 1)); summary+=("FAIL  $filter ($((SECONDS - t0)) s, exit $status): no test ran")
