@@ -2,7 +2,10 @@
 # a throwaway PKI, the FCM emulator, and the worker, all on loopback. Source it; call stack_init first.
 # Everything lives under $STACK (a temp dir) and is torn down by stack_cleanup (trap it).
 
+source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
+
 stack_init() {
+  mw_ensure_packages
   STACK="$(mktemp -d /tmp/mw-stack.XXXXXX)"
   chmod 755 "$STACK"
   PG_BINDIR="$(pg_config --bindir)"
