@@ -106,6 +106,10 @@ public final class PostgresConnection {
     /// Named prepared statements of this session, by SQL text: parsed and planned once (a generic plan after
     /// PostgreSQL's five custom ones), then only bound and executed. Used by `pipelinedTransaction`.
     private var preparedNames: [String: PreparedStatement] = [:]
+    /// Parse messages sent on this connection; numbers each preparation's name, as no name is ever parsed twice.
+    private var preparations = 0
+    /// Names of replaced preparations whose DEALLOCATE has not run yet (its pipeline failed first): sent again.
+    private var retiredNames: [String] = []
 
     /// One named statement of this session and how long it has left.
     ///
@@ -116,6 +120,10 @@ public final class PostgresConnection {
     /// So a statement is prepared again after `lifetime` executions, and each preparation lives twice as long as the
     /// one before (`firstLifetime`, doubling up to `maxLifetime`): a plan is never older than the last doubling of
     /// the work, for about five extra plannings per doubling.
+    ///
+    /// Each preparation has a name of its own: PgBouncer 1.21+ keeps a client's names for it and closes the connection
+    /// (08P01) when one is parsed again, even after PostgreSQL skipped or rejected the first Parse, or after an SQL
+    /// `DEALLOCATE` it does not see.
     struct PreparedStatement {
         let name: String
         var executions = 0
@@ -158,10 +166,12 @@ public final class PostgresConnection {
             } catch let error where error.sqlState.map(Self.poolerSignals.contains) == true && isHealthy {
                 usesPreparedStatements = false
                 preparedNames.removeAll()
+                retiredNames.removeAll()
             } catch let error where error.sqlState == "0A000" && error.message.contains("cached plan") && isHealthy {
-                // "cached plan must not change result type": a table changed under a prepared statement. Start afresh.
+                // "cached plan must not change result type": a table changed under a prepared statement. Start afresh
+                // (not `DEALLOCATE ALL`: behind a pooler it would drop statements the pooler keeps for other clients).
+                retiredNames += preparedNames.values.map(\.name)
                 preparedNames.removeAll()
-                _ = try? execute("DEALLOCATE ALL")
             }
         }
         return try pipeline(settings: settings, statements, prepared: false)
@@ -169,7 +179,7 @@ public final class PostgresConnection {
 
     /// What one pipelined command answers for.
     private enum Step {
-        case deallocate(sql: String, name: String)
+        case deallocate(name: String)
         case prepare(sql: String, name: String, lifetime: Int)
         case statement(index: Int, prepared: Bool)
     }
@@ -185,12 +195,22 @@ public final class PostgresConnection {
         queued += statements
         queued.append(("COMMIT", []))
         var steps: [Step] = []
+        var parsedHere: [String: String] = [:]
         var failure: PostgresError?
         for (index, statement) in queued.enumerated() {
-            if let error = send(statement, index: index, prepared: prepared, into: &steps) {
+            if let error = send(statement, index: index, prepared: prepared, parsedHere: &parsedHere, into: &steps) {
                 failure = error
                 break
             }
+        }
+        // After the COMMIT, so that a name the server does not have (a pooler renames statements) fails nothing.
+        let replaced = parsedHere.keys.compactMap { preparedNames[$0]?.name }
+        for name in prepared && failure == nil ? retiredNames + replaced : [] {
+            guard PQsendQueryParams(raw, "DEALLOCATE \(name)", 0, nil, nil, nil, nil, 0) == 1 else {
+                failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: "DEALLOCATE")
+                break
+            }
+            steps.append(.deallocate(name: name))
         }
         if failure == nil, PQpipelineSync(raw) != 1 {
             failure = PostgresError(.connectionLost, message: PostgresConnection.errorText(raw), statement: "SYNC")
@@ -209,24 +229,23 @@ public final class PostgresConnection {
         return results
     }
 
-    /// Queues one statement of a pipeline: named when `prepared` and it has parameters (prepared first if this session
-    /// has not prepared it, or prepared again once it is due), unnamed otherwise. Returns the error if libpq refused.
+    /// Queues one statement of a pipeline: named when `prepared` and it has parameters (prepared first, under a new
+    /// name, if neither this session nor this pipeline has prepared it, or once it is due), unnamed otherwise. Returns
+    /// the error if libpq refused.
     private func send(_ statement: (sql: String, parameters: [PostgresValue]), index: Int, prepared: Bool,
-                      into steps: inout [Step]) -> PostgresError? {
+                      parsedHere: inout [String: String], into steps: inout [Step]) -> PostgresError? {
         let refused = { PostgresError(.connectionLost, message: PostgresConnection.errorText(self.raw), statement: statement.sql) }
         let buffers = statement.parameters.map(\.wireBytes)
-        let cached = prepared && !statement.parameters.isEmpty ? preparedNames[statement.sql] : nil
-        var name = cached?.name
-        if let cached, cached.isDue {
-            // Planned again from today's table sizes: the old statement goes first (same name), in this pipeline.
-            guard PQsendQueryParams(raw, "DEALLOCATE \(cached.name)", 0, nil, nil, nil, nil, 0) == 1 else { return refused() }
-            steps.append(.deallocate(sql: statement.sql, name: cached.name))
-            name = nil
-        }
-        if prepared, !statement.parameters.isEmpty, name == nil, cached != nil || preparedNames.count < Self.maxPreparedStatements {
-            let fresh = Self.statementName(statement.sql)
+        let named = prepared && !statement.parameters.isEmpty
+        let cached = named ? preparedNames[statement.sql] : nil
+        var name = named ? parsedHere[statement.sql] ?? cached.flatMap { $0.isDue ? nil : $0.name } : nil
+        if named, name == nil, cached != nil || preparedNames.count + parsedHere.count < Self.maxPreparedStatements {
+            // Planned again from today's table sizes when due; the old name is deallocated after the COMMIT.
+            preparations += 1
+            let fresh = Self.statementName(statement.sql) + "_\(preparations)"
             guard PQsendPrepare(raw, fresh, statement.sql, Int32(buffers.count), nil) == 1 else { return refused() }
             steps.append(.prepare(sql: statement.sql, name: fresh, lifetime: cached?.nextLifetime ?? PreparedStatement.firstLifetime))
+            parsedHere[statement.sql] = fresh
             name = fresh
         }
         let accepted = withCStringArray(buffers) { pointers in
@@ -250,7 +269,8 @@ public final class PostgresConnection {
         for step in steps {
             let sql: String
             switch step {
-            case .deallocate(let text, _), .prepare(let text, _, _): sql = text
+            case .deallocate(let name): sql = "DEALLOCATE \(name)"
+            case .prepare(let text, _, _): sql = text
             case .statement(let index, _): sql = queued[index].sql
             }
             // Each queued command answers with one result, then NULL.
@@ -264,11 +284,19 @@ public final class PostgresConnection {
                 PQclear(result)
                 continue
             }
+            if case .deallocate(let name) = step {
+                // Done either way: deallocated, or not on this server session (a pooler that renames statements).
+                PQclear(result)
+                retiredNames.removeAll { $0 == name }
+                continue
+            }
             do {
                 let rows = try self.rows(of: result, sql: sql)
                 switch step {
-                case .deallocate(let text, _): preparedNames[text] = nil
-                case .prepare(let text, let name, let lifetime): preparedNames[text] = PreparedStatement(name: name, lifetime: lifetime)
+                case .deallocate: break
+                case .prepare(let text, let name, let lifetime):
+                    if let old = preparedNames[text]?.name { retiredNames.append(old) }
+                    preparedNames[text] = PreparedStatement(name: name, lifetime: lifetime)
                 case .statement(let index, let prepared):
                     if prepared { preparedNames[queued[index].sql]?.executions += 1 }
                     deliver(index, rows)
@@ -282,7 +310,7 @@ public final class PostgresConnection {
         return failure
     }
 
-    /// `mw_` and a 64-bit FNV-1a hash of the text: the same statement has the same name in every session (so a
+    /// `mw_` and a 64-bit FNV-1a hash of the text, the prefix of every name the statement is prepared under (so a
     /// pooler's shared server session never holds two texts under one name).
     static func statementName(_ sql: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325

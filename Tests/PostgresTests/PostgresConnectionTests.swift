@@ -59,6 +59,8 @@ struct PostgresConnectionTests {
                 ])
             }
             #expect(error?.sqlState == "23505")
+            // The statement repeated in one pipeline was prepared once: PostgreSQL did not refuse a second Parse (42P05).
+            if !throughPooler { #expect(connection.usesPreparedStatements) }
             let after = try connection.query("SELECT array_agg(id ORDER BY id)::text AS ids, current_setting('statement_timeout') AS st FROM t")[0]
             #expect(try after["ids"].string() == "{1,2}")  // 3 rolled back, 4 never ran
             #expect(try after["st"].string() == "0")       // the settings ended with their transaction
@@ -74,23 +76,24 @@ struct PostgresConnectionTests {
             #expect(connection.usesPreparedStatements)
             let prepared = try connection.query("SELECT name, statement FROM pg_prepared_statements")
             #expect(prepared.count == 1)
-            #expect(try prepared[0]["name"].string() == PostgresConnection.statementName("INSERT INTO t VALUES ($1)"))
+            #expect(try prepared[0]["name"].string() == PostgresConnection.statementName("INSERT INTO t VALUES ($1)") + "_1")
             #expect(try connection.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 10)
         }
     }
 
     /// A statement is prepared again after 32 executions, then after 64 more, and so on (each preparation lives twice
     /// as long), so its plan is made again from the table sizes of the day: the server's own counters show the
-    /// executions of the current preparation only, under the same name.
+    /// executions of the current preparation only, each under a name of its own, the one before it deallocated.
     @Test func pipelinedStatements_arePreparedAgainAsTheyAge() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let connection = try PostgresConnection(conninfo: conninfo)
             try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
             let insert = "INSERT INTO t VALUES ($1)"
+            var names: [String] = []
             func executionsOfCurrentPreparation() throws -> Int {
                 let rows = try connection.query("SELECT name, generic_plans + custom_plans AS n FROM pg_prepared_statements")
                 #expect(rows.count == 1)
-                #expect(try rows[0]["name"].string() == PostgresConnection.statementName(insert))
+                names.append(try rows[0]["name"].string())
                 return try rows[0]["n"].int()
             }
             var id = 0
@@ -106,6 +109,32 @@ struct PostgresConnectionTests {
             try run(10)
             #expect(try executionsOfCurrentPreparation() == 10)  // the second lived 64
             #expect(try connection.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 106)
+            let base = PostgresConnection.statementName(insert)
+            #expect(names == [base + "_1", base + "_2", base + "_2", base + "_3"])
+        }
+    }
+
+    /// PgBouncer 1.21+ keeps each client's statement names and closes the connection (08P01) when a name is parsed
+    /// again: after a failure made PostgreSQL skip a Parse the pooler had already taken, and when a statement is
+    /// prepared again as it ages. Neither loses the connection or a write, direct or through the pooler.
+    @Test(arguments: [false, true])
+    func pipelinedStatements_afterASkippedParseAndAsTheyAge_keepTheConnection(throughPooler: Bool) async throws {
+        try await TestDatabase.withEmptyDatabase { direct in
+            let conninfo = throughPooler ? try TestDatabase.poolerConninfo(direct) : direct
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
+            let insert = "INSERT INTO t VALUES ($1)", other = "INSERT INTO t SELECT $1::int + 1000"
+            _ = try connection.pipelinedTransaction([(insert, [.int(1)])])
+            let error = #expect(throws: PostgresError.self) {
+                try connection.pipelinedTransaction([(insert, [.int(1)]), (other, [.int(1)])])  // duplicate key first
+            }
+            #expect(error?.sqlState == "23505")
+            // 69 more: both are prepared again after their 32nd executions (`other`'s first Parse was skipped).
+            for id in 2...70 { _ = try connection.pipelinedTransaction([(insert, [.int(id)]), (other, [.int(id)])]) }
+            #expect(connection.isHealthy)
+            let counts = try connection.query("SELECT count(*) FILTER (WHERE id <= 70) AS a, count(*) FILTER (WHERE id > 1000) AS b FROM t")[0]
+            #expect(try counts["a"].int() == 70 && counts["b"].int() == 69)
+            if !throughPooler { #expect(connection.usesPreparedStatements) }
         }
     }
 
@@ -142,25 +171,29 @@ struct PostgresConnectionTests {
         }
     }
 
-    /// Behind a transaction-mode PgBouncer the server session changes under the client: the transaction that meets a
-    /// session without its prepared statement fails before anything is committed, runs again unnamed, and so does
-    /// everything after it. Every row is written exactly once.
-    @Test func pipelinedStatements_behindAPoolerOnAnotherSession_fallBackWithoutLosingOrRepeatingAWrite() async throws {
+    /// Behind a transaction-mode PgBouncer the server session changes under the client. One that keeps no prepared
+    /// statements for its clients (before 1.21, or max_prepared_statements = 0): the transaction that meets a session
+    /// without its prepared statement fails before anything is committed, runs again unnamed, and so does everything
+    /// after it. One that keeps them (1.21+ by default) prepares them on the new session: they stay in use. Either way
+    /// every row is written exactly once.
+    @Test(arguments: [false, true])
+    func pipelinedStatements_behindAPoolerOnAnotherSession_fallBackWithoutLosingOrRepeatingAWrite(tracked: Bool) async throws {
         try await TestDatabase.withEmptyDatabase { direct in
             let admin = try PostgresConnection(conninfo: direct)
             try admin.query("CREATE TABLE t (id int PRIMARY KEY)")
-            let pooledConninfo = try TestDatabase.poolerConninfo(direct)
+            let pooledConninfo = try TestDatabase.poolerConninfo(direct, tracked: tracked)
             let pooled = try PostgresConnection(conninfo: pooledConninfo)
             _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(1)])])
             #expect(pooled.usesPreparedStatements)
+            let prepared = try pooled.query("SELECT pg_backend_pid() AS pid")[0]["pid"].int()
             // Another client holds the only server session of this database's pool (the one that has the statement)
             // in a transaction, so the next transaction of `pooled` is handed a new session.
             let holder = try PostgresConnection(conninfo: pooledConninfo)
             try holder.execute("BEGIN")
-            try holder.query("SELECT 1")
+            #expect(try holder.query("SELECT pg_backend_pid() AS pid")[0]["pid"].int() == prepared)
             for id in 2...6 { _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(id)])]) }
             try holder.execute("COMMIT")
-            #expect(!pooled.usesPreparedStatements)
+            #expect(pooled.usesPreparedStatements == (tracked && TestDatabase.poolerTracksPreparedStatements))
             #expect(try admin.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 6)
         }
     }

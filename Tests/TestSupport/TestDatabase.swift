@@ -15,15 +15,23 @@ public enum TestDatabase {
     }
 
     /// The same database as `conninfo`, reached through the transaction-mode PgBouncer that scripts/test
-    /// starts (`TEST_POOLER_URL`: host, port, user and password; the database name is appended).
-    public static func poolerConninfo(_ conninfo: String) throws -> String {
-        guard let pooler = ProcessInfo.processInfo.environment["TEST_POOLER_URL"], !pooler.isEmpty else {
-            throw TestSupportError("TEST_POOLER_URL is not set: run the suite through scripts/test (it starts PgBouncer)")
+    /// starts (`TEST_POOLER_URL`: host, port, user and password; the database name is appended). `tracked: false`:
+    /// through the one that keeps no prepared statements for its clients (`TEST_UNTRACKED_POOLER_URL`).
+    public static func poolerConninfo(_ conninfo: String, tracked: Bool = true) throws -> String {
+        let variable = tracked ? "TEST_POOLER_URL" : "TEST_UNTRACKED_POOLER_URL"
+        guard let pooler = ProcessInfo.processInfo.environment[variable], !pooler.isEmpty else {
+            throw TestSupportError("\(variable) is not set: run the suite through scripts/test (it starts PgBouncer)")
         }
         guard let name = conninfo.split(separator: " ").last(where: { $0.hasPrefix("dbname=") }) else {
             throw TestSupportError("no dbname= in \(conninfo)")
         }
         return pooler + " " + name
+    }
+
+    /// Whether `TEST_POOLER_URL`'s PgBouncer keeps protocol-level prepared statements for its clients (1.21+ does by
+    /// default: `TEST_POOLER_PREPARED_STATEMENTS`, its max_prepared_statements, is above 0).
+    public static var poolerTracksPreparedStatements: Bool {
+        (Int(ProcessInfo.processInfo.environment["TEST_POOLER_PREPARED_STATEMENTS"] ?? "") ?? 0) > 0
     }
 
     /// Runs `body` with the conninfo of a new, empty database.
