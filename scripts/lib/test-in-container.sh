@@ -15,11 +15,6 @@ KNOWN=(
   # I/O. Issue 46.3 (keep tls_io.h only if it earns its place on 8.14, or delete it): being changed in Sources/CCurl.
   "thousandSends_recordsLeaveOneSendPerTurn_andAreReadOneRecvEach|tls_io.h inactive under libcurl 8.14 (issue 46.3)"
   "largeBodies_fillTheBuffer_andEveryRequestIsAnswered|tls_io.h inactive under libcurl 8.14 (issue 46.3)"
-  # trixie's PgBouncer 1.24 supports protocol-level prepared statements (max_prepared_statements = 200 by default;
-  # bookworm's 1.18 has none): the connection keeps prepared statements behind it, and a pipelined transaction
-  # whose statement fails ends in 08P01 (protocol violation) and a lost connection instead of 23505.
-  "pipelinedTransaction_oneRoundTrip_rollsBackOnFailure|PgBouncer 1.24: 08P01 and connection lost instead of 23505"
-  "pipelinedStatements_behindAPoolerOnAnotherSession_fallBackWithoutLosingOrRepeatingAWrite|PgBouncer 1.24 keeps prepared statements (usesPreparedStatements true)"
 )
 known_reason() { local k; for k in "${KNOWN[@]}"; do [[ "${k%%|*}" == "$1" ]] && { echo "${k#*|}"; return 0; }; done; return 1; }
 
