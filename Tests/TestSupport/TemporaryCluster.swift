@@ -1,34 +1,29 @@
 import Foundation
 
-/// A PostgreSQL cluster of its own on a loopback TCP port, for tests about the server's
-/// lifecycle (started after the daemon). Uses the binaries scripts/test found (`TEST_PG_BINDIR`),
-/// run as the `postgres` user when the suite runs as root.
+/// A PostgreSQL cluster of its own on a loopback TCP port, for tests about the server's lifecycle (started after the
+/// daemon). Started and stopped by the scripts' own starter, `scripts/lib/pg.sh`, with the server scripts/test found
+/// (`TEST_PG_BINDIR`).
 public final class TemporaryCluster: Sendable {
     public let port: UInt16
     public let directory: String
-    private let bindir: String
 
-    /// Runs initdb (the cluster is not started).
+    /// Picks a port and a directory; `start` makes the cluster.
     public init() throws {
-        guard let bindir = ProcessInfo.processInfo.environment["TEST_PG_BINDIR"], !bindir.isEmpty else {
+        guard ProcessInfo.processInfo.environment["TEST_PG_BINDIR"]?.isEmpty == false else {
             throw TestSupportError("TEST_PG_BINDIR is not set: run the suite through scripts/test")
         }
-        self.bindir = bindir
         let probe = LoopbackSocket(listen: false)
         port = probe.port
         probe.close()
         directory = "/tmp/mw-cluster-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        if getuid() == 0 { try Self.run("/bin/chown", ["postgres", directory]) }
-        try pg("initdb", ["-D", "\(directory)/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"])
     }
 
     /// `host=127.0.0.1 port=… user=postgres dbname=postgres`.
     public var conninfo: String { "host=127.0.0.1 port=\(port) user=postgres dbname=postgres" }
 
+    /// Makes the cluster the first time, then starts it.
     public func start() throws {
-        try pg("pg_ctl", ["-D", "\(directory)/data", "-w", "-l", "\(directory)/log", "-o",
-                          "-k \(directory) -c listen_addresses=127.0.0.1 -c port=\(port) -c fsync=off", "start"])
+        try pg("start", ["listen_addresses=127.0.0.1", "port=\(port)", "fsync=off"])
     }
 
     /// SIGSTOP to the postmaster and every server process: a database that accepts TCP (the kernel still
@@ -53,16 +48,17 @@ public final class TemporaryCluster: Sendable {
 
     public func stop() {
         thaw()
-        try? pg("pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"])
+        try? pg("stop", [])
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private func pg(_ tool: String, _ arguments: [String]) throws {
-        if getuid() == 0 {
-            try Self.run("/usr/sbin/runuser", ["-u", "postgres", "--", "\(bindir)/\(tool)"] + arguments)
-        } else {
-            try Self.run("\(bindir)/\(tool)", arguments)
-        }
+    private static let starter = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("scripts/lib/pg.sh").path
+
+    /// `scripts/lib/pg.sh COMMAND DIR SETTINGS...`, with PG_BINDIR as scripts/test found it.
+    private func pg(_ command: String, _ settings: [String]) throws {
+        try Self.run("/usr/bin/env", ["PG_BINDIR=\(ProcessInfo.processInfo.environment["TEST_PG_BINDIR"] ?? "")", "bash",
+                                      Self.starter, command, directory] + settings)
     }
 
     /// posix_spawn + waitpid: `Process.waitUntilExit` can miss the exit of a child whose own child

@@ -3,13 +3,13 @@
 # Everything lives under $STACK (a temp dir) and is torn down by stack_cleanup (trap it).
 
 source "$(dirname "${BASH_SOURCE[0]}")/packages.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/pg.sh"
 
 stack_init() {
   mw_ensure_packages
   STACK="$(mktemp -d /tmp/mw-stack.XXXXXX)"
   chmod 755 "$STACK"
-  PG_BINDIR="$(pg_config --bindir)"
-  [[ -x "$PG_BINDIR/initdb" ]] || PG_BINDIR="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  pg_find_bindir
   BUILD_CONFIG="${BUILD_CONFIG:-release}"
   # BUILD_FLAGS: more `swift build` flags (bench/run builds the worker as scripts/package ships it).
   BIN="$(swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --show-bin-path)"
@@ -22,22 +22,15 @@ stack_build() {
   swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --product fcm-emulator >&2
 }
 
-as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-
-# stack_start_pg [extra -c settings...]: unix socket only, in $STACK/pg.
+# stack_start_pg [name=value settings...]: unix socket only, in $STACK/pg.
 stack_start_pg() {
-  mkdir -p "$STACK/pg"
-  chown postgres "$STACK/pg" 2>/dev/null || true
-  as_postgres "$PG_BINDIR/initdb" -D "$STACK/pg/data" -U postgres -A trust -E UTF8 --no-locale >/dev/null
-  local opts="-k $STACK/pg -c listen_addresses='' -c max_connections=200"
-  for setting in "$@"; do opts+=" -c $setting"; done
-  as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -w -l "$STACK/pg/log" -o "$opts" start >/dev/null
+  pg_cluster_start "$STACK/pg" max_connections=200 "$@"
   PGCONN="host=$STACK/pg user=postgres dbname=postgres"
   export DATABASE_URL="$PGCONN"
 }
 
 stack_restart_pg() {
-  as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -w -m fast restart >/dev/null
+  pg_cluster_restart "$STACK/pg"
 }
 
 psqlc() { psql "$PGCONN" -v ON_ERROR_STOP=1 -qAtX "$@"; }
@@ -180,6 +173,6 @@ stack_cleanup() {
   wait 2>/dev/null
   # Anything started from this stack's directory (nginx workers, a stray worker) goes too.
   [[ -n "${STACK:-}" ]] && pkill -f "$STACK" 2>/dev/null
-  [[ -d "${STACK:-}/pg/data" ]] && as_postgres "$PG_BINDIR/pg_ctl" -D "$STACK/pg/data" -m immediate stop >/dev/null 2>&1
+  [[ -n "${STACK:-}" ]] && pg_cluster_stop "$STACK/pg"
   [[ -n "${KEEP_STACK:-}" ]] || rm -rf "$STACK"
 }

@@ -4,18 +4,12 @@
 # which exports TEST_DATABASE_URL, TEST_POOLER_URL, TEST_POOLER_PREPARED_STATEMENTS, TEST_UNTRACKED_POOLER_URL and
 # TEST_PG_BINDIR for the test suite.
 
-as_pg() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/pg.sh"
 
 test_db_start() {
-  # Debian's postgresql package starts a cluster on 5432; we do not use it. The newest server installed.
-  pg_bindir="$(pg_config --bindir 2>/dev/null || true)"
-  [[ -x "$pg_bindir/initdb" ]] || pg_bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  # Debian's postgresql package starts a cluster on 5432; we do not use it.
   work="$(mktemp -d /tmp/medication-worker-test.XXXXXX)"
-  chown postgres "$work"
-  chmod 755 "$work"
-  as_pg "$pg_bindir/initdb" -D "$work/data" -U postgres -A trust -E UTF8 --no-locale >/dev/null
-  as_pg "$pg_bindir/pg_ctl" -D "$work/data" -w -l "$work/postgres.log" \
-    -o "-k $work -c listen_addresses='' -c fsync=off -c max_connections=300" start >/dev/null
+  pg_cluster_start "$work" fsync=off max_connections=300
   export TEST_DATABASE_URL="host=$work user=postgres dbname=postgres"
 
   # PgBouncer in transaction mode in front of it, as managed hosts offer (SPEC §3 "Connection poolers"), SCRAM from
@@ -33,8 +27,8 @@ test_db_start() {
     pooler_start pgbouncer-untracked 0
     TEST_UNTRACKED_POOLER_URL="host=127.0.0.1 port=$pooler_port user=postgres password=pooler-test-secret"
   fi
-  export TEST_PG_BINDIR="$pg_bindir"
-  echo "${TEST_DB_WHO:-scripts/test}: PostgreSQL $("$pg_bindir/postgres" --version | awk '{ print $3 }') running at $work," \
+  export TEST_PG_BINDIR="$PG_BINDIR"
+  echo "${TEST_DB_WHO:-scripts/test}: PostgreSQL $("$PG_BINDIR/postgres" --version | awk '{ print $3 }') running at $work," \
     "PgBouncer $version (transaction mode, max_prepared_statements $tracked) at ${TEST_POOLER_URL%% user=*}" >&2
 }
 
@@ -59,13 +53,13 @@ EOF
   if [[ -n "${2:-}" ]]; then echo "max_prepared_statements = $2" >>"$work/$1.ini"; fi
   echo '"postgres" "pooler-test-secret"' >"$work/userlist.txt"
   chown postgres "$work/$1.ini" "$work/userlist.txt"
-  as_pg pgbouncer -d "$work/$1.ini"
+  as_postgres pgbouncer -d "$work/$1.ini"
 }
 
 test_db_stop() {
   [[ -n "${work:-}" ]] || return 0
   local pid
   for pid in "$work"/pgbouncer*.pid; do [[ -f "$pid" ]] && kill "$(cat "$pid")" 2>/dev/null; done
-  as_pg "$pg_bindir/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
+  pg_cluster_stop "$work"
   rm -rf "$work"
 }
