@@ -37,7 +37,7 @@ final class Completer: Sendable {
         }
     }
 
-    private struct State {
+    struct State {
         var entries: [Entry] = []
         var buffered = 0
         var waiter: CheckedContinuation<Void, Never>?
@@ -74,7 +74,8 @@ final class Completer: Sendable {
     private let settled: WakeSignal
     /// Shared with the heartbeat: one of them writes at a time.
     private let turn: WriteTurn
-    private let state = Mutex(State())
+    /// The buffered items, and the writer's continuation while it is parked waiting for the next one.
+    let state = Mutex(State())
     /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
     private let eagerCount: Int
     /// Sends are queued behind full slots (the engine loop's `isStarved`, published after every transition): then the
@@ -141,9 +142,6 @@ final class Completer: Sendable {
         }
         waiter?.resume()
     }
-
-    /// The writer is idle, parked until the next item.
-    var isParked: Bool { state.withLock { $0.waiter != nil } }
 
     /// Logs and counts an answer (outside the engine's lock).
     func report(_ send: PendingSend, _ outcome: SendOutcome) {
