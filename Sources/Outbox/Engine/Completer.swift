@@ -68,8 +68,6 @@ final class Completer: Sendable {
     private let metrics: PipelineMetrics
     private let logger: Logger
     private let stop: StopSignal
-    /// Failed attempts after which a write is given up while running (nil: only at the stop deadline).
-    private let maxWriteAttempts: Int?
     /// Woken when a write settled events (a claimer may find their retries or the next events due).
     private let settled: WakeSignal
     /// Shared with the heartbeat: one of them writes at a time.
@@ -83,13 +81,12 @@ final class Completer: Sendable {
     private let starved = Atomic<Bool>(false)
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, settled: WakeSignal = WakeSignal()) {
+         stop: StopSignal, turn: WriteTurn, settled: WakeSignal = WakeSignal()) {
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
         self.stop = stop
-        self.maxWriteAttempts = maxWriteAttempts
         self.turn = turn
         self.settled = settled
         eagerCount = Self.eagerCount(for: configuration)
@@ -277,7 +274,7 @@ final class Completer: Sendable {
             } catch let error as PostgresError where error.isConnectionError || error.isTransient {
                 attempt += 1
                 if attempt == 1 { logger.warning("cannot record delivery results; retrying", metadata: ["error": "\(error)"]) }
-                if stop.deadlinePassed || attempt >= maxWriteAttempts ?? .max {
+                if stop.deadlinePassed {
                     logger.error("gave up recording delivery results: leases expire and the work is retried",
                                  metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
                     return
