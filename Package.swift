@@ -64,6 +64,9 @@ let package = Package(
         .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator", "HTTPServer"]),
         // The FCM sender alone, for scripts/bench-sender.
         .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
+        // The pipeline's own statements as a pgbench script and the claim alone, for bench/run and scripts/claim-plan.
+        .target(name: "OutboxBench", dependencies: ["Outbox", "Postgres"]),
+        .executableTarget(name: "outbox-bench", dependencies: ["OutboxBench"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
@@ -76,7 +79,7 @@ let package = Package(
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "OutboxBench", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
