@@ -43,11 +43,12 @@ let package = Package(
         .target(name: "Logging", dependencies: ["Systemd"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
-        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport"]),
         .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping", "ErrorCodes", "TextSupport"]),
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
+        // The environment and the credential files it names, read and checked once: `run` and `check-config` load alike.
+        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport", "Crypto", "HTTP", "FCM", "AppStore"]),
         // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
         // its queries beside it; each returns one report value rendered as text or `--json`.
         .target(name: "OperatorCommands", dependencies: [
