@@ -3,7 +3,6 @@ import FoundationEssentials
 import Glibc
 import Logging
 import OperatorCommands
-import Outbox
 import Postgres
 import Schema
 import WorkerConfig
