@@ -43,11 +43,12 @@ let package = Package(
         .target(name: "Logging", dependencies: ["Systemd"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
-        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport"]),
         .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping", "ErrorCodes", "TextSupport"]),
         .target(name: "AppStore", dependencies: ["HTTP", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
+        // The environment and the credential files it names, read and checked once: `run` and `check-config` load alike.
+        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport", "Crypto", "HTTP", "FCM", "AppStore"]),
         // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
         // its queries beside it; each returns one report value rendered as text or `--json`.
         .target(name: "OperatorCommands", dependencies: [
@@ -64,6 +65,9 @@ let package = Package(
         .executableTarget(name: "fcm-emulator", dependencies: ["FCMEmulator", "HTTPServer"]),
         // The FCM sender alone, for scripts/bench-sender.
         .executableTarget(name: "fcm-sender-bench", dependencies: ["FCM", "Push", "HTTP", "Logging", "Metrics", "Timekeeping"]),
+        // The pipeline's own statements as a pgbench script and the claim alone, for bench/run and scripts/claim-plan.
+        .target(name: "OutboxBench", dependencies: ["Outbox", "Postgres"]),
+        .executableTarget(name: "outbox-bench", dependencies: ["OutboxBench"]),
 
         // Tests.
         .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
@@ -76,7 +80,7 @@ let package = Package(
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Push", "Health", "HTTPServer", "HTTP", "Systemd", "Logging", "Metrics", "WorkerApp", "FCMEmulator", "Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
-        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
+        .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "OutboxBench", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -35,10 +35,10 @@ public enum CheckState: Sendable, Equatable, CustomStringConvertible {
 /// Readiness checks and liveness, shared between the daemon's loops and the endpoint.
 public final class HealthState: Sendable {
     private let checks = Mutex<[ReadinessCheck: CheckState]>([:])
-    private let stalled: @Sendable () -> [String]
+    /// The loops' heartbeats: a loop that stops beating is reported stalled.
+    public let liveness: Liveness
 
-    /// `stalled` names loops that stopped making progress (from the daemon's heartbeats).
-    public init(stalled: @escaping @Sendable () -> [String] = { [] }) { self.stalled = stalled }
+    public init(liveness: Liveness = Liveness(stallAfter: .seconds(25))) { self.liveness = liveness }
 
     /// Sets a check's state.
     public func set(_ check: ReadinessCheck, _ state: CheckState) { checks.withLock { $0[check] = state } }
@@ -53,7 +53,7 @@ public final class HealthState: Sendable {
     }
 
     /// Loops that are stuck (empty = alive).
-    public var stalledLoops: [String] { stalled() }
+    public var stalledLoops: [String] { liveness.stalled() }
 }
 
 /// `GET /healthz`, `/readyz`, `/metrics` on HEALTH_ADDR; everything else is 404.

@@ -44,12 +44,14 @@ public struct DoseTakenEvent: Sendable, Equatable {
 
     /// Validates one outbox row. Every refusal names the field and what was wrong.
     public static func parse(eventType: String, patientId: String, payload: String) throws(Invalid) -> DoseTakenEvent {
-        try parse(eventType: eventType, patientId: patientId, payload: payload, scanning: true)
+        try checkRow(eventType: eventType, patientId: patientId)
+        // The usual shape is read in one pass; anything else goes to the JSON parser, which reads it the same way.
+        if let scanned = PayloadFields.scan(payload) { return try validate(scanned, patientId: patientId) }
+        return try validate(PayloadFields(parsing: payload), patientId: patientId)
     }
 
-    /// `scanning: false` reads every payload with the JSON parser, without the scan for the usual shape; the tests
-    /// compare the two readings.
-    static func parse(eventType: String, patientId: String, payload: String, scanning: Bool) throws(Invalid) -> DoseTakenEvent {
+    /// The row's columns beside the payload: the event type, and a patient id within bounds.
+    static func checkRow(eventType: String, patientId: String) throws(Invalid) {
         guard eventType == Self.eventType else {
             throw Invalid("unknown eventType \"\(eventType.prefix(64))\" (expected \(Self.eventType))")
         }
@@ -61,18 +63,9 @@ public struct DoseTakenEvent: Sendable, Equatable {
                 throw Invalid("patientId is \(length) characters; at most \(maxIdentifierLength) are allowed")
             }
         }
-        let fields: PayloadFields
-        if scanning, let scanned = PayloadFields.scan(payload) {
-            fields = scanned
-        } else {
-            guard let json = JSONValue.parse(payload) else { throw Invalid("payload is not valid JSON") }
-            guard case .object(let members) = json else { throw Invalid("payload is a JSON \(json.typeName), expected an object") }
-            fields = PayloadFields(members)
-        }
-        return try validate(fields, patientId: patientId)
     }
 
-    private static func validate(_ fields: PayloadFields, patientId: String) throws(Invalid) -> DoseTakenEvent {
+    static func validate(_ fields: PayloadFields, patientId: String) throws(Invalid) -> DoseTakenEvent {
         let date = try string(fields.date, "date")
         guard TimestampReader.isCalendarDate(date) else { throw Invalid("payload.date \"\(date.prefix(32))\" is not a YYYY-MM-DD calendar date") }
         let slot = try string(fields.slot, "slot")
@@ -131,7 +124,7 @@ public struct DoseTakenEvent: Sendable, Equatable {
 }
 
 /// The members of a payload that `DoseTakenEvent` reads; the others are ignored.
-private struct PayloadFields {
+struct PayloadFields {
     enum Member {
         case string(String)
         case bool(Bool)
@@ -174,6 +167,13 @@ private struct PayloadFields {
         withinTime = members["withinTime"].map(Member.init)
         isPrn = members["isPrn"].map(Member.init)
         takenAt = members["takenAt"].map(Member.init)
+    }
+
+    /// Reads any payload with the JSON parser; refuses text that is not a JSON object.
+    init(parsing payload: String) throws(DoseTakenEvent.Invalid) {
+        guard let json = JSONValue.parse(payload) else { throw DoseTakenEvent.Invalid("payload is not valid JSON") }
+        guard case .object(let members) = json else { throw DoseTakenEvent.Invalid("payload is a JSON \(json.typeName), expected an object") }
+        self.init(members)
     }
 
     /// Reads the usual payload, PostgreSQL's text of a flat jsonb object, in one pass without building a dictionary
@@ -266,9 +266,4 @@ private struct PayloadFields {
             return index == count ? fields : nil
         }
     }
-}
-
-extension DoseTakenEvent {
-    /// Whether `payload` is read by the one-pass scan rather than the JSON parser (for the tests).
-    static func isScanned(_ payload: String) -> Bool { PayloadFields.scan(payload) != nil }
 }

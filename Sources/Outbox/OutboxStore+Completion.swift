@@ -87,7 +87,7 @@ extension OutboxStore {
     /// settlement (`events` … `leases`). A DISABLE result (its `answeredAt` is when the send began) is FAILED when the
     /// flush's disable statement, earlier in the transaction, disabled the device or the app re-registered it since;
     /// else the fleet's cap held it and it stays PENDING, retried with its event.
-    static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
+    package static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
                               delays: [Double], errors: [String?],
                               leases: [String], expected: [String]) -> PostgresQuery {

@@ -13,7 +13,7 @@ package enum Recipients {
 
 /// Every SQL statement of the delivery pipeline. Each method is one short transaction; no
 /// transaction stays open while HTTP requests are in flight.
-struct OutboxStore: Sendable {
+package struct OutboxStore: Sendable {
     let client: PostgresClient
 
     /// The client's settings for the claim, the fan-out, the completer's and the heartbeat's transactions, whose every
@@ -35,7 +35,7 @@ struct OutboxStore: Sendable {
     /// counted, each with its age (`EventFate.atClaim` decides whether it expired). The locked rows are updated by their
     /// tuple ids (`ctid = ANY(…)`: a TID lookup whatever the statistics say, not a second walk of the primary key, nor
     /// a hash join against the whole table as a plan made on an empty table chose): locked, they cannot move.
-    static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration) -> PostgresQuery {
+    package static func claimQuery(limit: Int, worker: String, token: LeaseToken, lease: Duration) -> PostgresQuery {
         """
         WITH due AS (
             SELECT ctid FROM "PushOutbox"
@@ -129,7 +129,7 @@ struct OutboxStore: Sendable {
 
     /// The data-modifying part of `fanOutQuery` (data-modifying CTEs must be at the top level, so the
     /// benchmark's pgbench script appends its own final SELECT to these): `keys[i]` is an event of patient `patients[i]`.
-    static func fanOutCTEs(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
+    package static func fanOutCTEs(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
         """
         WITH events AS (
             SELECT * FROM unnest(\(keys)::text[], \(patients)::text[]) WITH ORDINALITY AS e(key, patient_id, ord)

@@ -3,7 +3,6 @@ import FoundationEssentials
 import Glibc
 import Logging
 import OperatorCommands
-import Outbox
 import Postgres
 import Schema
 import WorkerConfig
@@ -63,15 +62,6 @@ public enum WorkerApp {
             }
             guard rest.isEmpty else { return usageError("run takes no arguments, got \(rest.joined(separator: " "))") }
             return await Daemon.run(environment: environment)
-        case "pgbench-script":
-            // Undocumented: the benchmark's SQL ceiling runs the pipeline's own statements.
-            let size = rest.count == 2 && rest[0] == "--batch" ? Int(rest[1]) ?? 100 : 100
-            print(PgbenchScript.script(batchSize: size), terminator: "")
-            return ExitStatus.ok
-        case "claim-sql":
-            // Undocumented: the claim statement, for scripts/claim-plan.
-            print(PgbenchScript.claimSQL)
-            return ExitStatus.ok
         default:
             guard let type = CommandRunner.command(named: command) else { return usageError("unknown command \"\(command)\"") }
             return await CommandRunner.run(type, arguments: rest, environment: environment)

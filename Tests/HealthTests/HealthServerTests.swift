@@ -3,20 +3,12 @@ import HTTP
 import Health
 import Metrics
 import Systemd
-import Synchronization
 import Testing
 import TestSupport
 
 /// HealthServer over real loopback HTTP (port 0), in-process.
 @Suite("Health endpoints in-process")
 struct HealthServerTests {
-    /// Liveness the test controls.
-    final class Loops: Sendable {
-        private let stuck = Mutex<[String]>([])
-        var stalled: [String] { stuck.withLock { $0 } }
-        func set(_ names: [String]) { stuck.withLock { $0 = names } }
-    }
-
     func get(_ port: UInt16, _ path: String, method: HTTPMethod = .get) async throws -> HTTPResponse {
         let client = try HTTPClient()
         defer { client.shutdown() }
@@ -55,14 +47,15 @@ struct HealthServerTests {
     }
 
     @Test func healthz_reportsStalledLoopsRegardlessOfReadiness() async throws {
-        let loops = Loops()
-        let state = HealthState(stalled: { loops.stalled })
+        // Any time since a beat is too long: a loop that beat once is stalled at the next request.
+        let liveness = Liveness(stallAfter: .zero)
+        let state = HealthState(liveness: liveness)
         state.set(.database, .down("timeout"))
         let server = try HealthServer(host: "127.0.0.1", port: 0, state: state, metrics: MetricsRegistry())
         defer { server.stop() }
 
         #expect(try await get(server.port, "/healthz").status == 200)
-        loops.set(["outbox"])
+        liveness.beat("outbox")
         let stalled = try await get(server.port, "/healthz")
         #expect(stalled.status == 503)
         #expect(String(decoding: stalled.body, as: UTF8.self).contains(#""loops":["outbox"]"#))

@@ -3,6 +3,7 @@ import Health
 import HTTPServer
 import Logging
 import Metrics
+import TestSupport
 import Testing
 
 @Suite("Logging and health units")

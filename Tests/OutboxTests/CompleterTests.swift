@@ -72,3 +72,8 @@ struct CompleterTests {
         #expect(receipts.all == [EngineStateMachine.Receipt(groups: [EventGroupID(raw: 1), EventGroupID(raw: 2)])])
     }
 }
+
+extension Completer {
+    /// The writer is idle, parked until the next item.
+    var isParked: Bool { state.withLock { $0.waiter != nil } }
+}

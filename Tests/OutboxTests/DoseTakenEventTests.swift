@@ -137,11 +137,23 @@ struct DoseTakenEventScanTests {
 
     private func expectSameReading(_ payload: String, sourceLocation: SourceLocation = #_sourceLocation) {
         let scanned = Result { () throws(DoseTakenEvent.Invalid) in
-            try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload, scanning: true)
+            try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload)
         }
         let parsed = Result { () throws(DoseTakenEvent.Invalid) in
-            try DoseTakenEvent.parse(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload, scanning: false)
+            try DoseTakenEvent.parsedWithoutScan(eventType: "DOSE_TAKEN", patientId: "p1", payload: payload)
         }
         #expect(scanned == parsed, "payload: \(payload)", sourceLocation: sourceLocation)
+    }
+}
+
+extension DoseTakenEvent {
+    /// Whether `payload` is read by the one-pass scan rather than the JSON parser.
+    static func isScanned(_ payload: String) -> Bool { PayloadFields.scan(payload) != nil }
+
+    /// `parse` with every payload read by the JSON parser, without the scan for the usual shape: the tests compare the
+    /// two readings.
+    static func parsedWithoutScan(eventType: String, patientId: String, payload: String) throws(Invalid) -> DoseTakenEvent {
+        try checkRow(eventType: eventType, patientId: patientId)
+        return try validate(PayloadFields(parsing: payload), patientId: patientId)
     }
 }

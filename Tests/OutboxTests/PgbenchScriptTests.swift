@@ -1,5 +1,5 @@
 import Foundation
-@testable import Outbox
+import OutboxBench
 import Testing
 
 @Suite("pgbench script from the pipeline's statements")

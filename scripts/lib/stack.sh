@@ -22,6 +22,11 @@ stack_build() {
   swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --product fcm-emulator >&2
 }
 
+# stack_build_outbox_bench: the benchmarks' SQL tool (pgbench scripts from the pipeline's statements), never shipped.
+stack_build_outbox_bench() {
+  swift build -c "$BUILD_CONFIG" ${BUILD_FLAGS:-} --scratch-path "${SCRATCH_PATH:-.build}" --product outbox-bench >&2
+}
+
 # stack_start_pg [name=value settings...]: unix socket only, in $STACK/pg.
 stack_start_pg() {
   pg_cluster_start "$STACK/pg" max_connections=200 "$@"

@@ -37,7 +37,7 @@ final class Completer: Sendable {
         }
     }
 
-    private struct State {
+    struct State {
         var entries: [Entry] = []
         var buffered = 0
         var waiter: CheckedContinuation<Void, Never>?
@@ -68,13 +68,12 @@ final class Completer: Sendable {
     private let metrics: PipelineMetrics
     private let logger: Logger
     private let stop: StopSignal
-    /// Failed attempts after which a write is given up while running (nil: only at the stop deadline).
-    private let maxWriteAttempts: Int?
     /// Woken when a write settled events (a claimer may find their retries or the next events due).
     private let settled: WakeSignal
     /// Shared with the heartbeat: one of them writes at a time.
     private let turn: WriteTurn
-    private let state = Mutex(State())
+    /// The buffered items, and the writer's continuation while it is parked waiting for the next one.
+    let state = Mutex(State())
     /// A batch this large is written without lingering: half the send slots, so that sends go on while it is written.
     private let eagerCount: Int
     /// Sends are queued behind full slots (the engine loop's `isStarved`, published after every transition): then the
@@ -82,13 +81,12 @@ final class Completer: Sendable {
     private let starved = Atomic<Bool>(false)
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, turn: WriteTurn, maxWriteAttempts: Int? = nil, settled: WakeSignal = WakeSignal()) {
+         stop: StopSignal, turn: WriteTurn, settled: WakeSignal = WakeSignal()) {
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
         self.stop = stop
-        self.maxWriteAttempts = maxWriteAttempts
         self.turn = turn
         self.settled = settled
         eagerCount = Self.eagerCount(for: configuration)
@@ -141,9 +139,6 @@ final class Completer: Sendable {
         }
         waiter?.resume()
     }
-
-    /// The writer is idle, parked until the next item.
-    var isParked: Bool { state.withLock { $0.waiter != nil } }
 
     /// Logs and counts an answer (outside the engine's lock).
     func report(_ send: PendingSend, _ outcome: SendOutcome) {
@@ -279,7 +274,7 @@ final class Completer: Sendable {
             } catch let error as PostgresError where error.isConnectionError || error.isTransient {
                 attempt += 1
                 if attempt == 1 { logger.warning("cannot record delivery results; retrying", metadata: ["error": "\(error)"]) }
-                if stop.deadlinePassed || attempt >= maxWriteAttempts ?? .max {
+                if stop.deadlinePassed {
                     logger.error("gave up recording delivery results: leases expire and the work is retried",
                                  metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
                     return

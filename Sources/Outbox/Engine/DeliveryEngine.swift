@@ -80,18 +80,17 @@ public final class DeliveryEngine: Service {
             "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
             "fcm.max_in_flight": "\(configuration.maxInFlight)", "fcm.max_sending": "\(configuration.sendingSlots)",
         ])
-        _ = await runStages(untilIdle: false, stop: stop)
+        _ = await runStages(stop: stop, rest: ClaimLoop.waitForWork(wake, pollInterval: configuration.pollInterval))
         logger.info("delivery engine stopped")
     }
 
     /// The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
-    /// renew and tells it what it renewed or lost; the loop starts the sends. Returns the events claimed.
-    /// With `untilIdle` (tests and tools: `drain()` in the tests' support) it returns once nothing is due and nothing
-    /// is in progress.
-    func runStages(untilIdle: Bool, stop: StopSignal) async -> Int {
+    /// renew and tells it what it renewed or lost; the loop starts the sends. `rest` is where each claim loop waits
+    /// after a claim that did not fill its batch or failed. Returns the events claimed, once the claim loops ended.
+    func runStages(stop: StopSignal, rest: @escaping ClaimLoop.Rest) async -> Int {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
-                               maxWriteAttempts: untilIdle ? 40 : nil, settled: wake)
+                               settled: wake)
         let machine = Self.machine(for: configuration)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, onProgress: onProgress)
@@ -104,7 +103,7 @@ public final class DeliveryEngine: Service {
         async let heartbeats: Void = heartbeat.run(until: heartbeatStop)
         let claimed = ClaimLoop.Tally()
         let claimLoops = (0..<max(1, configuration.claimers)).map { _ in
-            ClaimLoop(claimer: claimer, engine: engine, wake: wake, configuration: configuration, logger: logger, untilIdle: untilIdle,
+            ClaimLoop(claimer: claimer, engine: engine, wake: wake, configuration: configuration, logger: logger, rest: rest,
                       onProgress: onProgress, claimed: claimed)
         }
         await withTaskGroup(of: Void.self) { watcher in

@@ -32,7 +32,7 @@ actor EngineLoop {
     nonisolated let executor: SerialQueueExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
-    private var machine: EngineStateMachine
+    private(set) var machine: EngineStateMachine
     private let sender: any PushSender
     private let writer: Completer
     private let stopSignal: StopSignal
@@ -44,7 +44,6 @@ actor EngineLoop {
 
     /// Claimers waiting for room, each with the room it waits for.
     private var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
-    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
     /// A stop waiting for the sends in flight to be answered, by id (its deadline may take it back first).
     private var quietWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var nextQuietWaiter: UInt64 = 0
@@ -139,12 +138,6 @@ actor EngineLoop {
         await withCheckedContinuation { roomWaiters.append((room, $0)) }
     }
 
-    /// Returns once nothing is held.
-    func waitUntilIdle() async {
-        guard !machine.isIdle else { return }
-        await withCheckedContinuation { idleWaiters.append($0) }
-    }
-
     /// Returns once no send is in flight, or at `deadline`, whichever comes first.
     func waitUntilNoSends(deadline: ContinuousClock.Instant) async {
         guard machine.sending > 0 else { return }
@@ -160,10 +153,9 @@ actor EngineLoop {
 
     private func quietDeadline(_ id: UInt64) { quietWaiters.removeValue(forKey: id)?.resume() }
 
-    /// The claimers' view: the high-water mark, the load, the groups held.
+    /// The claimers' view: the high-water mark, the load, the sends on the wire.
     var highWater: Int { machine.highWater }
     var load: Int { machine.load }
-    var groupCount: Int { machine.groups.count }
     var sending: Int { machine.sending }
 
     // MARK: Carrying out
@@ -216,11 +208,6 @@ actor EngineLoop {
                 ready.append(waiter.continuation)
                 return true
             }
-            for waiter in ready { waiter.resume() }
-        }
-        if machine.isIdle, !idleWaiters.isEmpty {
-            let ready = idleWaiters
-            idleWaiters.removeAll()
             for waiter in ready { waiter.resume() }
         }
         if machine.sending == 0, !quietWaiters.isEmpty {

@@ -3,7 +3,6 @@ import Crypto
 import FCM
 import FoundationEssentials
 import HTTP
-import WorkerConfig
 
 /// Everything `run` loads before it touches anything: the settings from the environment, the FCM service account and
 /// the App Store key and root certificates. `run` and `check-config` both load through `check`, so they cannot

@@ -1,12 +1,13 @@
+import Outbox
 import Postgres
 
 /// Builds a pgbench script from the pipeline's own statements (not copies), so the benchmark's
 /// SQL ceiling measures exactly what the worker runs: per batch, one claim, the fan-out statement and
 /// the completion statement, with every delivery SENT.
-package enum PgbenchScript {
+public enum PgbenchScript {
     /// The claim statement (for `scripts/claim-plan`), its parameters numbered by name as that script substitutes
     /// them: `$1` limit, `$2` worker, `$3` token, `$4` lease (both places), `$5` maximum age.
-    package static var claimSQL: String {
+    public static var claimSQL: String {
         var variables = Variables()
         let claim = claimQuery(&variables)
         return variables.numbered(claim)
@@ -19,7 +20,7 @@ package enum PgbenchScript {
     }
 
     /// The script for one batch of `batchSize` events.
-    package static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
+    public static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
         var variables = Variables()
         let claim = claimQuery(&variables)
         let fanOut = OutboxStore.fanOutCTEs(keys: variables.texts("keys"), patients: variables.texts("pids"), token: variables.token("token"),
