@@ -76,8 +76,8 @@ extension OutboxStore {
 
     /// The event's new status in the completion statement: `EventFate.settled` written over its columns, so the rule
     /// has one text (`EventFateTests` checks the two agree).
-    static let settledStatus = PostgresQuery(stringLiteral: EventFate.settledStatusSQL(pending: "p.pending", attempts: "o.attempts",
-                                                                                        maxAttempts: "p.max_attempts"))
+    static let settledStatus: PostgresQuery =
+        "\(unescaped: EventFate.settledStatusSQL(pending: "p.pending", attempts: "o.attempts", maxAttempts: "p.max_attempts"))"
 
     /// Delivery results and event settlements in one statement (one round trip per completer flush):
     /// `delivered` writes each result under its lease; an event is DONE when no delivery of its patient and key is

@@ -125,7 +125,7 @@ package struct OutboxStore: Sendable {
         """
 
     /// `text` as an SQL string literal (constants of this file only).
-    static func literal(_ text: String) -> PostgresQuery { PostgresQuery(stringLiteral: "'" + text.replacing("'", with: "''") + "'") }
+    static func literal(_ text: String) -> PostgresQuery { "\(unescaped: "'" + text.replacing("'", with: "''") + "'")" }
 
     /// The data-modifying part of `fanOutQuery` (data-modifying CTEs must be at the top level, so the
     /// benchmark's pgbench script appends its own final SELECT to these): `keys[i]` is an event of patient `patients[i]`.

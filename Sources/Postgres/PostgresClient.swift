@@ -59,10 +59,9 @@ public final class PostgresClient: Sendable {
     /// Runs independent statements in one transaction with the client's settings (or `settings`), in one round trip
     /// (`PostgresConnection.pipelinedTransaction`); returns each statement's rows.
     @discardableResult
-    public func pipelinedTransaction(_ statements: [(sql: String, parameters: [PostgresValue])],
-                                     settings: TransactionSettings? = nil) async throws -> [PostgresRows] {
+    public func pipelinedTransaction(_ queries: [PostgresQuery], settings: TransactionSettings? = nil) async throws -> [PostgresRows] {
         let settings = settings ?? self.settings
-        return try await withConnection { connection in try connection.pipelinedTransaction(settings: settings, statements) }
+        return try await withConnection { connection in try connection.pipelinedTransaction(settings: settings, queries) }
     }
 
     /// Runs `body` in a transaction with the client's settings (or `settings`) that commits when it returns and
@@ -74,15 +73,13 @@ public final class PostgresClient: Sendable {
         return try await withConnection { connection in try connection.withTransaction(settings: settings, body) }
     }
 
-    /// Runs one parameterised statement (in its own transaction with the client's settings, if any: one
-    /// round trip all the same, as a pipeline).
+    /// Runs one statement, its interpolated values bound (in its own transaction with the client's settings, if any:
+    /// one round trip all the same, as a pipeline).
     @discardableResult
-    public func query(_ sql: String, _ parameters: [PostgresValue] = []) async throws -> PostgresRows {
-        if settings.isEmpty { return try await withConnection { connection in try connection.query(sql, parameters) } }
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        if settings.isEmpty { return try await withConnection { connection in try connection.query(query) } }
         let settings = self.settings
-        return try await withConnection { connection in
-            try connection.pipelinedTransaction(settings: settings, [(sql, parameters)])[0]
-        }
+        return try await withConnection { connection in try connection.pipelinedTransaction(settings: settings, [query])[0] }
     }
 
     /// Closes every idle connection (they reopen on next use).

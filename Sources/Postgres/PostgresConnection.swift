@@ -69,20 +69,30 @@ public final class PostgresConnection {
     /// The server process id serving this connection (for tests and diagnostics).
     public var backendPID: Int { Int(PQbackendPID(raw)) }
 
-    /// Runs one statement with `$1…$n` parameters through `PQexecParams` (text format).
+    /// Runs one statement, its interpolated values bound as `$1…$n`, through `PQexecParams` (text format).
     @discardableResult
-    public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
-        let buffers = parameters.map(\.wireBytes)
+    public func query(_ query: PostgresQuery) throws(PostgresError) -> PostgresRows {
+        let buffers = query.binds.map(\.wireBytes)
         let result: OpaquePointer? = withCStringArray(buffers) { pointers in
-            PQexecParams(raw, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+            PQexecParams(raw, query.sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
-        return try rows(of: result, sql: sql)
+        return try rows(of: result, sql: query.sql)
     }
 
-    /// Runs a statement string through the simple query protocol (`PQexec`): several statements
-    /// separated by semicolons, no parameters. Only the last statement's rows are returned.
+    /// Runs a script through the simple query protocol (`PQexec`): several statements separated by semicolons (one
+    /// implicit transaction unless the script controls its own), e.g. `sql/roles.sql`. It cannot bind values: a script
+    /// with an interpolated value fails without being sent. Only the last statement's rows are returned.
     @discardableResult
-    public func execute(_ sql: String) throws(PostgresError) -> PostgresRows {
+    public func executeScript(_ script: PostgresQuery) throws(PostgresError) -> PostgresRows {
+        guard script.binds.isEmpty else {
+            throw PostgresError(.queryFailed, message: "a script cannot bind values (\(script.binds.count) interpolated)", statement: script.sql)
+        }
+        return try runScript(script.sql)
+    }
+
+    /// `PQexec` of text this file builds (BEGIN with settings, ROLLBACK, DEALLOCATE ALL).
+    @discardableResult
+    private func runScript(_ sql: String) throws(PostgresError) -> PostgresRows {
         try rows(of: PQexec(raw, sql), sql: sql)
     }
 
@@ -159,7 +169,8 @@ public final class PostgresConnection {
     /// For statements whose parameters do not depend on each other's results (a completer flush, a
     /// claim); everything else uses `withTransaction`.
     public func pipelinedTransaction(settings: TransactionSettings = .none,
-                                     _ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+                                     _ queries: [PostgresQuery]) throws(PostgresError) -> [PostgresRows] {
+        let statements = queries.map { (sql: $0.sql, parameters: $0.binds) }
         if usesPreparedStatements {
             do {
                 return try pipeline(settings: settings, statements, prepared: true)
@@ -223,7 +234,7 @@ public final class PostgresConnection {
         }
         _ = PQexitPipelineMode(raw)
         if let failure {
-            if isHealthy, PQtransactionStatus(raw) != PQTRANS_IDLE { _ = try? execute("ROLLBACK") }
+            if isHealthy, PQtransactionStatus(raw) != PQTRANS_IDLE { _ = try? runScript("ROLLBACK") }
             throw failure
         }
         return results
@@ -326,7 +337,7 @@ public final class PostgresConnection {
     /// `settings` apply to this transaction only (`SET LOCAL`) and travel with the BEGIN in one round trip.
     @discardableResult
     public func withTransaction<T>(settings: TransactionSettings = .none, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try execute(settings.beginStatement)
+        try runScript(settings.beginStatement)
         do {
             let value = try body(self)
             try query("COMMIT")
@@ -339,7 +350,7 @@ public final class PostgresConnection {
 
     /// `LISTEN` on a channel (the name is quoted as an identifier).
     public func listen(_ channel: String) throws(PostgresError) {
-        try query("LISTEN \(PostgresConnection.quoteIdentifier(channel))")
+        try query("LISTEN \(unescaped: PostgresConnection.quoteIdentifier(channel))")
     }
 
     /// A notification received through LISTEN.

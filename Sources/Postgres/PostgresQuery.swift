@@ -2,15 +2,19 @@ import FoundationEssentials
 
 /// SQL and its parameters written as one interpolated string, as postgres-nio's `PostgresQuery`: `\(value)` binds a
 /// parameter (`$n`), never pastes text, so no value can change a statement; `\(sql: fragment)` splices another query
-/// (SQL composed only as SQL, its own parameters renumbered). The text of a statement depends only on where it was
-/// written, so it is prepared once per connection like any other.
+/// (SQL composed only as SQL, its own parameters renumbered); `\(unescaped: text)` pastes SQL text built by the program
+/// (a quoted identifier, a generated fragment), never a value. The only way to run SQL (`PostgresClient.query`,
+/// `PostgresConnection.query`): a `String` is never taken as SQL, so an interpolated value cannot become text by
+/// overload. The text of a statement depends only on where it was written, so it is prepared once per connection.
 public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
     /// The text with `$1`, `$2`, … where values go.
-    public var sql: String
-    public var binds: [PostgresValue]
+    public private(set) var sql: String
+    /// The values of `$1`, `$2`, …, in order.
+    public private(set) var binds: [PostgresValue]
 
-    public init(stringLiteral value: String) {
-        sql = value
+    /// A literal without interpolations: `StaticString`, so a runtime `String` cannot be passed as SQL this way.
+    public init(stringLiteral value: StaticString) {
+        sql = value.description
         binds = []
     }
 
@@ -30,7 +34,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql.reserveCapacity(literalCapacity + interpolationCount * 3)
         }
 
-        public mutating func appendLiteral(_ literal: String) { sql += literal }
+        public mutating func appendLiteral(_ literal: StaticString) { sql += literal.description }
 
         /// A parameter: `$n` in the text, the value bound.
         public mutating func appendInterpolation(_ value: PostgresValue) {
@@ -55,6 +59,10 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: [String?]) { appendInterpolation(PostgresValue.optionalTextArray(value)) }
         public mutating func appendInterpolation(_ value: [Double]) { appendInterpolation(PostgresValue.doubleArray(value)) }
         public mutating func appendInterpolation(_ value: [Date]) { appendInterpolation(PostgresValue.timestampArray(value)) }
+
+        /// SQL text pasted as is: only text the program builds from constants (an identifier quoted with
+        /// `PostgresConnection.quoteIdentifier`, a generated CASE), never a value or anything a user wrote.
+        public mutating func appendInterpolation(unescaped text: String) { sql += text }
 
         /// Another query's SQL, spliced in; its `$n` are renumbered after the parameters already bound here.
         public mutating func appendInterpolation(sql fragment: PostgresQuery) {
@@ -101,30 +109,10 @@ extension PostgresQuery {
 }
 
 extension PostgresClient {
-    /// Runs one query (see `query(_:_:)`).
-    @discardableResult
-    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
-        try await self.query(query.sql, query.binds)
-    }
-
     /// Runs one query in its own transaction with `settings` instead of the client's (one round trip, as a pipeline).
     @discardableResult
     public func query(_ query: PostgresQuery, settings: TransactionSettings) async throws -> PostgresRows {
-        try await pipelinedTransaction([(query.sql, query.binds)], settings: settings)[0]
-    }
-
-    /// Runs independent queries in one transaction, in one round trip (see `pipelinedTransaction(_:settings:)`).
-    @discardableResult
-    public func pipelinedTransaction(_ queries: [PostgresQuery], settings: TransactionSettings? = nil) async throws -> [PostgresRows] {
-        try await pipelinedTransaction(queries.map { ($0.sql, $0.binds) }, settings: settings)
-    }
-}
-
-extension PostgresConnection {
-    /// Runs one query (see `query(_:_:)`).
-    @discardableResult
-    public func query(_ query: PostgresQuery) throws(PostgresError) -> PostgresRows {
-        try self.query(query.sql, query.binds)
+        try await pipelinedTransaction([query], settings: settings)[0]
     }
 }
 

@@ -14,8 +14,8 @@ public struct SingletonLease: Sendable {
     public static let table = "_medication_worker_leases"
 
     /// Creates the table when missing (idempotent).
-    public static let createTableSQL = """
-        CREATE TABLE IF NOT EXISTS "\(table)" (
+    public static let createTableSQL: PostgresQuery = """
+        CREATE TABLE IF NOT EXISTS \(sql: tableSQL) (
             name text PRIMARY KEY,
             holder text NOT NULL,
             "expiresAt" timestamptz NOT NULL,
@@ -25,7 +25,7 @@ public struct SingletonLease: Sendable {
         """
 
     /// The table's name as SQL (a constant, never a value).
-    static let tableSQL = PostgresQuery(stringLiteral: PostgresConnection.quoteIdentifier(table))
+    static let tableSQL: PostgresQuery = "\(unescaped: PostgresConnection.quoteIdentifier(table))"
 
     /// Takes lease `name` for `holder` for `duration`, or renews it: a row back when taken.
     static func acquireQuery(name: String, holder: String, duration: Duration) -> PostgresQuery {

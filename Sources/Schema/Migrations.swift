@@ -1,3 +1,5 @@
+import Postgres
+
 /// One versioned, additive schema change. Migrations add, never drop.
 public struct Migration: Sendable {
     public let version: Int
@@ -5,12 +7,12 @@ public struct Migration: Sendable {
     /// Statements run in order inside one transaction (PQexecParams runs one statement at a time),
     /// with a short `lock_timeout`: DDL that would queue behind the API's transactions (and make
     /// the API's next statements queue behind it) gives up and is retried instead.
-    public let statements: [String]
+    public let statements: [PostgresQuery]
     /// Index builds on tables the API writes, run after `statements`, each on its own outside a
     /// transaction with `CREATE INDEX CONCURRENTLY` so the API's inserts never wait for them.
     public let concurrentIndexes: [ConcurrentIndex]
 
-    public init(version: Int, name: String, statements: [String], concurrentIndexes: [ConcurrentIndex] = []) {
+    public init(version: Int, name: String, statements: [PostgresQuery], concurrentIndexes: [ConcurrentIndex] = []) {
         self.version = version
         self.name = name
         self.statements = statements
@@ -23,14 +25,16 @@ public struct ConcurrentIndex: Sendable {
     /// The index's name (unquoted).
     public let name: String
     /// What follows `ON`: the table and the index definition, e.g. `"PushDelivery" ("createdAt")`.
-    public let definition: String
+    public let definition: PostgresQuery
 
-    public init(_ name: String, on definition: String) {
+    public init(_ name: String, on definition: PostgresQuery) {
         self.name = name
         self.definition = definition
     }
 
-    var createSQL: String { "CREATE INDEX CONCURRENTLY IF NOT EXISTS \"\(name)\" ON \(definition)" }
+    var createSQL: PostgresQuery {
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS \(unescaped: PostgresConnection.quoteIdentifier(name)) ON \(sql: definition)"
+    }
 }
 
 /// The worker's migrations, in order. Append only: never edit a migration that has shipped.

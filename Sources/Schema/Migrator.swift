@@ -23,11 +23,11 @@ public struct Migrator: Sendable {
     public init() {}
 
     /// The bookkeeping table's name as SQL (a constant, never a value).
-    static let bookkeepingSQL = PostgresQuery(stringLiteral: PostgresConnection.quoteIdentifier(bookkeepingTable))
+    static let bookkeepingSQL: PostgresQuery = "\(unescaped: PostgresConnection.quoteIdentifier(bookkeepingTable))"
 
     /// Creates the bookkeeping table when missing.
-    static let createBookkeepingSQL = """
-        CREATE TABLE IF NOT EXISTS "\(bookkeepingTable)" (
+    static let createBookkeepingSQL: PostgresQuery = """
+        CREATE TABLE IF NOT EXISTS \(sql: bookkeepingSQL) (
             version integer PRIMARY KEY,
             name text NOT NULL,
             "appliedAt" timestamptz NOT NULL DEFAULT now()
@@ -153,10 +153,10 @@ public struct Migrator: Sendable {
             state = try connection.query(stateQuery).first
         }
         if let row = state, try !row["valid"].bool() {
-            try connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(quoted)")
+            try connection.executeScript("DROP INDEX CONCURRENTLY IF EXISTS \(unescaped: quoted)")
             state = nil
         }
-        if state == nil { try connection.execute(index.createSQL) }
+        if state == nil { try connection.executeScript(index.createSQL) }
         guard try connection.query(stateQuery).first?["valid"].bool() == true else {
             throw PostgresError(.queryFailed, message: "index \(quoted) is not valid after CREATE INDEX CONCURRENTLY; run `migrate` again")
         }
@@ -167,7 +167,7 @@ public struct Migrator: Sendable {
     /// Runs a `CREATE … IF NOT EXISTS` that a concurrent `migrate` may win: its losing side fails with a unique
     /// violation on the catalog (23505), "relation already exists" (42P07) or, for a table's row type created a
     /// moment earlier, "type already exists" (42710); all three mean the object is there.
-    private static func createIfMissing(_ connection: PostgresConnection, _ sql: String) throws {
+    private static func createIfMissing(_ connection: PostgresConnection, _ sql: PostgresQuery) throws {
         let outcome = Result { () throws(PostgresError) in try connection.query(sql) }
         if case .failure(let error) = outcome, !["23505", "42P07", "42710"].contains(error.sqlState ?? "") { throw error }
     }

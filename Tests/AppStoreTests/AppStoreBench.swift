@@ -45,8 +45,8 @@ struct AppStoreBench {
             try await db.query(#"""
                 INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status, "purchasedAt")
                 SELECT 'e-' || n, 'c-' || n, 'premium.monthly', (900000000000 + n)::text, (900000000000 + n)::text, 'Production', 'ACTIVE', now()
-                FROM generate_series(0, $1::int - 1) AS n
-                """#, [.int(count)])
+                FROM generate_series(0, \#(count)::int - 1) AS n
+                """#)
             try await db.query(#"ANALYZE "CaregiverEntitlement""#)
             print("bench: prepared \(count) signed transactions and rows in \(ContinuousClock.now - started)")
 

@@ -58,15 +58,16 @@ struct EntitlementRecheckerTests {
         try await db.query(#"""
             INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status,
                 "purchasedAt", "revokedAt", "revocationReason")
-            VALUES ($1, 'c1', $6, $2, $2, $3, $4, now(), $5::timestamptz, CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '0' END)
-            """#, [.text(id), .text(transaction), .text(environment), .text(status), .optional(revokedAt), .text(product)])
+            VALUES (\#(id), 'c1', \#(product), \#(transaction), \#(transaction), \#(environment), \#(status), now(), \#(revokedAt)::timestamptz,
+                    CASE WHEN \#(revokedAt)::timestamptz IS NULL THEN NULL ELSE '0' END)
+            """#)
     }
 
     static func row(_ db: PostgresClient, _ id: String) async throws -> (status: String, revokedAtMillis: Int64?, reason: String?, checked: Bool) {
         let row = try await db.query(#"""
             SELECT status, (extract(epoch FROM "revokedAt") * 1000)::bigint AS revoked_ms, "revocationReason", "lastCheckedAt" IS NOT NULL AS checked
-            FROM "CaregiverEntitlement" WHERE id = $1
-            """#, [.text(id)])[0]
+            FROM "CaregiverEntitlement" WHERE id = \#(id)
+            """#)[0]
         return (try row["status"].string(), try row["revoked_ms"].optionalInt().map(Int64.init), row["revocationReason"].optionalString(),
                 try row["checked"].bool())
     }

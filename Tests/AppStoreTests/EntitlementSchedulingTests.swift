@@ -15,8 +15,8 @@ struct EntitlementSchedulingTests {
     static func schedule(_ db: PostgresClient, _ id: String) async throws -> (dueIn: Double?, failures: Int, error: String?) {
         let row = try await db.query(#"""
             SELECT extract(epoch FROM "nextCheckAt" - now())::double precision AS due_in, "checkFailures", "lastCheckError"
-            FROM "CaregiverEntitlement" WHERE id = $1
-            """#, [.text(id)])[0]
+            FROM "CaregiverEntitlement" WHERE id = \#(id)
+            """#)[0]
         return (row["due_in"].isNull ? nil : try row["due_in"].double(), try row["checkFailures"].int(), row["lastCheckError"].optionalString())
     }
 

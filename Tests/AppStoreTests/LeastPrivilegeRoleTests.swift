@@ -36,7 +36,7 @@ struct LeastPrivilegeRoleTests {
     @Test func everyLoop_worksUnderTheDocumentedRole() async throws {
         try await TestDatabase.withMigratedDatabase { owner in
             let admin = try PostgresConnection(conninfo: owner)
-            try admin.execute(try Self.rolesSQL)
+            try admin.executeScript("\(unescaped: try Self.rolesSQL)")
             let worker = owner + " user=medication_worker"
             let db = PostgresClient(conninfo: owner, maxConnections: 1)
             try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)

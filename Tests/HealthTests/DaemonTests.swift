@@ -74,10 +74,12 @@ struct DaemonTests {
         let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
         let secretToken = "fcm-token-" + String(repeating: "S3CR3T", count: 20)
         let secretName = "秘密の患者名"
-        try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', $1)"#, [.text(secretName)])
+        try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', \#(secretName))"#)
         try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
-        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', $1), ('d2', 'CAREGIVER', 'c1', $2)"#,
-                     [.text(secretToken), .text("unregistered-" + String(repeating: "D", count: 40))])
+        let unregistered = "unregistered-" + String(repeating: "D", count: 40)
+        try await db.query(#"""
+            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', \#(secretToken)), ('d2', 'CAREGIVER', 'c1', \#(unregistered))
+            """#)
         let rig = try Rig(databaseURL: conninfo)
         defer { _ = rig.terminate() }
 
@@ -144,8 +146,8 @@ struct DaemonTests {
         _ = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
         #expect(try await rig.get("/readyz").status == 200)
 
-        try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS false")
-        try await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [.text(name)])
+        try await admin.query("ALTER DATABASE \(unescaped: name) ALLOW_CONNECTIONS false")
+        try await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = \(name)")
         try await eventually("/readyz answers 503 with the sessions killed", timeout: .seconds(20), every: .milliseconds(200)) {
             try await rig.get("/readyz").status == 503
         }
@@ -153,7 +155,7 @@ struct DaemonTests {
         #expect(body.contains(#""status":"not_ready""#) && body.contains(#""database":"down: "#))
         #expect(try await rig.get("/healthz").status == 200)  // alive: a restart would not help
 
-        try await admin.query("ALTER DATABASE \(name) ALLOW_CONNECTIONS true")
+        try await admin.query("ALTER DATABASE \(unescaped: name) ALLOW_CONNECTIONS true")
         try await eventually("/readyz answers 200 again", timeout: .seconds(20), every: .milliseconds(200)) {
             try await rig.get("/readyz").status == 200
         }

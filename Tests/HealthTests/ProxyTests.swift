@@ -14,7 +14,7 @@ struct ProxyTests {
     static func seed(_ db: PostgresClient) async throws {
         try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Proxy')"#)
         try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
-        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', $1)"#, [.text(token)])
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', \#(token))"#)
     }
 
     static func enqueue(_ db: PostgresClient) async throws {

@@ -305,10 +305,10 @@ struct CheckConfigTests {
                 .replacingOccurrences(of: "medication_worker", with: String(role))
                 .replacingOccurrences(of: "\u{1}", with: "_medication_worker")
             let admin = try PostgresConnection(conninfo: conninfo)
-            try admin.execute(rolesSQL)
+            try admin.executeScript("\(unescaped: rolesSQL)")
             defer {
-                _ = try? admin.query("DROP OWNED BY \(role)")
-                _ = try? admin.query("DROP ROLE IF EXISTS \(role)")
+                _ = try? admin.query("DROP OWNED BY \(unescaped: role)")
+                _ = try? admin.query("DROP ROLE IF EXISTS \(unescaped: role)")
             }
             var restricted = environment
             restricted["DATABASE_URL"] = conninfo + " user=\(role)"
@@ -339,15 +339,16 @@ struct CheckConfigTests {
         try await Self.withOnlineRig { conninfo, _, environment in
             let role = "cc_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
             let admin = try PostgresConnection(conninfo: conninfo)
-            try admin.query("CREATE ROLE \(role) LOGIN")
+            try admin.query("CREATE ROLE \(unescaped: role) LOGIN")
             defer {
-                _ = try? admin.query("DROP OWNED BY \(role)")
-                _ = try? admin.query("DROP ROLE IF EXISTS \(role)")
+                _ = try? admin.query("DROP OWNED BY \(unescaped: role)")
+                _ = try? admin.query("DROP ROLE IF EXISTS \(unescaped: role)")
             }
             // Everything but the outbox: the check names exactly what is missing.
-            try admin.query("GRANT USAGE ON SCHEMA public TO \(role)")
+            try admin.query("GRANT USAGE ON SCHEMA public TO \(unescaped: role)")
             for (table, privileges) in OnlineChecks.requiredPrivileges where table != "PushOutbox" {
-                try admin.query("GRANT \(privileges.joined(separator: ", ")) ON \"\(table)\" TO \(role)")
+                let quotedTable = PostgresConnection.quoteIdentifier(table)
+                try admin.query("GRANT \(unescaped: privileges.joined(separator: ", ")) ON \(unescaped: quotedTable) TO \(unescaped: role)")
             }
             var restricted = environment
             restricted["DATABASE_URL"] = conninfo + " user=\(role)"

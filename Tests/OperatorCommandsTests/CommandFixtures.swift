@@ -33,15 +33,17 @@ struct CommandRig {
     /// A patient with one ACTIVE caregiver link and a device per token; returns the device ids.
     @discardableResult
     func patient(_ patient: String = "p1", caregiver: String = "c1", tokens: [String]) throws -> [String] {
-        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ($1, 'Hanako') ON CONFLICT DO NOTHING"#, [.text(patient)])
-        try connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ($1, $2, $3, 'ACTIVE') ON CONFLICT DO NOTHING"#,
-                             [.text("link-\(patient)-\(caregiver)"), .text(caregiver), .text(patient)])
+        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES (\#(patient), 'Hanako') ON CONFLICT DO NOTHING"#)
+        let link = "link-\(patient)-\(caregiver)"
+        try connection.query(#"""
+            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(link), \#(caregiver), \#(patient), 'ACTIVE') ON CONFLICT DO NOTHING
+            """#)
         return try tokens.map { token in
             let id = "dev-" + UUID().uuidString.prefix(8).lowercased()
             try connection.query("""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt", "createdAt", "updatedAt")
-                VALUES ($1, 'CAREGIVER', $2, $3, 'ios', 'PROD', true, now() - interval '1 day', now(), now() - interval '1 day')
-                """, [.text(id), .text(caregiver), .text(token)])
+                VALUES (\(id), 'CAREGIVER', \(caregiver), \(token), 'ios', 'PROD', true, now() - interval '1 day', now(), now() - interval '1 day')
+                """)
             return id
         }
     }
@@ -50,11 +52,11 @@ struct CommandRig {
     func event(status: String, hoursAgo: Double, key: String? = nil, lastError: String? = nil, patient: String = "p1") throws -> Int64 {
         try Int64(connection.query("""
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "createdAt", status, "eventKey", "lastError", "processedAt", attempts)
-            VALUES ('DOSE_TAKEN', $1, '{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00","recordingGroupId":"g"}',
-                    now() - make_interval(secs => $2::double precision), $3, $4, $5,
-                    CASE WHEN $3 = 'PENDING' THEN NULL ELSE now() - interval '10 minutes' END, 3)
+            VALUES ('DOSE_TAKEN', \(patient), '{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00","recordingGroupId":"g"}',
+                    now() - make_interval(secs => \(hoursAgo * 3600)::double precision), \(status), \(key), \(lastError),
+                    CASE WHEN \(status) = 'PENDING' THEN NULL ELSE now() - interval '10 minutes' END, 3)
             RETURNING id
-            """, [.text(patient), .double(hoursAgo * 3600), .text(status), key.map { .text($0) } ?? .null, lastError.map { .text($0) } ?? .null])[0]["id"].int())
+            """)[0]["id"].int())
     }
 
     /// A delivery of `key` to `device` in `status`.
@@ -62,12 +64,13 @@ struct CommandRig {
     func delivery(_ id: String, key: String, device: String, status: String, lastError: String? = nil) throws -> String {
         try connection.query("""
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "lastError", "sentAt", "fcmMessageId")
-            VALUES ($1, $2, $3, $4, 1, now(), $5, CASE WHEN $4 = 'SENT' THEN now() END, CASE WHEN $4 = 'SENT' THEN 'projects/p/messages/1' END)
-            """, [.text(id), .text(key), .text(device), .text(status), lastError.map { .text($0) } ?? .null])
+            VALUES (\(id), \(key), \(device), \(status), 1, now(), \(lastError), CASE WHEN \(status) = 'SENT' THEN now() END,
+                    CASE WHEN \(status) = 'SENT' THEN 'projects/p/messages/1' END)
+            """)
         return id
     }
 
-    func scalar(_ sql: String, _ parameters: [PostgresValue] = []) throws -> String? {
-        try connection.query(sql, parameters).first?[0].optionalString()
+    func scalar(_ query: PostgresQuery) throws -> String? {
+        try connection.query(query).first?[0].optionalString()
     }
 }

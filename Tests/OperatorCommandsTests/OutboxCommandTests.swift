@@ -35,8 +35,8 @@ struct OutboxCommandTests {
             #expect(text.status == 0)
             #expect(text.output.contains("redriven 1 event(s): \(new)"))
             #expect(text.output.contains("skipped 1 past EVENT_MAX_AGE (24.0h): \(old)"))
-            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(old)]) == "DEAD")
-            #expect(try rig.scalar(#"SELECT status || ':' || attempts FROM "PushOutbox" WHERE id = $1"#, [.int(new)]) == "PENDING:0")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = \#(old)"#) == "DEAD")
+            #expect(try rig.scalar(#"SELECT status || ':' || attempts FROM "PushOutbox" WHERE id = \#(new)"#) == "PENDING:0")
 
             // The one named event that cannot be redriven is a failure, with the reason.
             let one = try await rig.json("redrive", "--event", "\(old)")
@@ -58,10 +58,10 @@ struct OutboxCommandTests {
             try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
             let recent = try rig.event(status: "DEAD", hoursAgo: 1)
             let earlier = try rig.event(status: "DEAD", hoursAgo: 5)
-            try rig.connection.query(#"UPDATE "PushOutbox" SET "processedAt" = now() - interval '4 hours' WHERE id = $1"#, [.int(earlier)])
+            try rig.connection.query(#"UPDATE "PushOutbox" SET "processedAt" = now() - interval '4 hours' WHERE id = \#(earlier)"#)
             let result = try await rig.json("redrive", "--since", "1h")
             #expect(result.json["redriven"] == .array([.number(Double(recent))]))
-            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(earlier)]) == "DEAD")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = \#(earlier)"#) == "DEAD")
             let none = try await rig.run("redrive", "--since", "1h")
             #expect(none.output == "no DEAD events that died within 60m")
         }
@@ -123,7 +123,7 @@ struct OutboxCommandTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try CommandRig(conninfo)
             let devices = try rig.patient(tokens: ["token-healthy-aaaaaaaaaaaa", "token-disabled-bbbbbbbbbb"])
-            try rig.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = $1"#, [.text(devices[1])])
+            try rig.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = \#(devices[1])"#)
             let id = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g")
             try rig.delivery("del-1", key: "doseTaken:g", device: devices[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
             try rig.delivery("del-2", key: "doseTaken:g", device: devices[1], status: "FAILED", lastError: "UNREGISTERED")
@@ -140,8 +140,8 @@ struct OutboxCommandTests {
             #expect(done.output.contains("skipped del-2: device disabled"))
             #expect(try rig.scalar(#"SELECT status FROM "PushDelivery" WHERE id = 'del-1'"#) == "PENDING")
             #expect(try rig.scalar(#"SELECT status FROM "PushDelivery" WHERE id = 'del-2'"#) == "FAILED")
-            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(id)]) == "PENDING")
-            #expect(try rig.scalar(#"SELECT "isEnabled"::text FROM "PushDevice" WHERE id = $1"#, [.text(devices[1])]) == "false")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = \#(id)"#) == "PENDING")
+            #expect(try rig.scalar(#"SELECT "isEnabled"::text FROM "PushDevice" WHERE id = \#(devices[1])"#) == "false")
 
             // Nothing left to resend: a failure, not a success.
             let again = try await rig.json("resend", "--delivery", "del-1")

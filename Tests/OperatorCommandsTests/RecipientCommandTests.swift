@@ -62,8 +62,8 @@ struct RecipientCommandTests {
             let resent = try await rig.json("resend", "--delivery", "del-1")
             #expect(resent.status == 0)
             #expect(resent.json["event"] == .number(Double(event1)))
-            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(event1)]) == "PENDING")
-            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = $1"#, [.int(event2)]) == "DONE")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = \#(event1)"#) == "PENDING")
+            #expect(try rig.scalar(#"SELECT status FROM "PushOutbox" WHERE id = \#(event2)"#) == "DONE")
         }
     }
 
@@ -96,9 +96,9 @@ struct RecipientCommandTests {
             let rig = try CommandRig(conninfo)
             let devices = try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
             try rig.connection.query(#"""
-                INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "createdAt") VALUES ('inline-1', 'doseTaken:x', $1, now()),
-                    ('inline-2', 'doseTaken:y', $1, now())
-                """#, [.text(devices[0])])
+                INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "createdAt") VALUES ('inline-1', 'doseTaken:x', \#(devices[0]), now()),
+                    ('inline-2', 'doseTaken:y', \#(devices[0]), now())
+                """#)
             try rig.delivery("worker-1", key: "doseTaken:z", device: devices[0], status: "SENT")
             let status = try await rig.json("status")
             #expect(status.json["deliveriesLastHour"]?["PENDING"] == .number(0))

@@ -19,7 +19,7 @@ struct BackpressureTests {
         try db.connection.query("""
             CREATE FUNCTION test_slow_delivery_update() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF NEW.status IS DISTINCT FROM OLD.status THEN PERFORM pg_sleep(\(Double(milliseconds) / 1000)); END IF;
+                IF NEW.status IS DISTINCT FROM OLD.status THEN PERFORM pg_sleep(\(unescaped: "\(Double(milliseconds) / 1000)")); END IF;
                 RETURN NEW;
             END $$
             """)

@@ -20,13 +20,13 @@ struct ConcurrencyTests {
             // What the dead worker left behind: its claim (lease not yet expired) and leased PENDING deliveries.
             try db.connection.query(#"""
                 UPDATE "PushOutbox" SET attempts = 1, "leasedBy" = 'dead:1', "leaseToken" = gen_random_uuid(),
-                    "leaseExpiresAt" = now() + interval '1 hour', "availableAt" = now() + interval '1 hour' WHERE id = $1
-                """#, [.int(id)])
+                    "leaseExpiresAt" = now() + interval '1 hour', "availableAt" = now() + interval '1 hour' WHERE id = \#(id)
+                """#)
             for device in [d1, d2] {
                 try db.connection.query(#"""
                     INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "leaseToken", "leaseExpiresAt")
-                    VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', $1, 'PENDING', 1, gen_random_uuid(), now() + interval '1 hour')
-                    """#, [.text(device)])
+                    VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', \#(device), 'PENDING', 1, gen_random_uuid(), now() + interval '1 hour')
+                    """#)
             }
             let sender = ScriptedSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
@@ -113,8 +113,8 @@ struct ConcurrencyTests {
             for (delivery, at) in zip(deliveries, answered) {
                 let row = try db.connection.query(#"""
                     SELECT extract(epoch FROM d."sentAt")::float8 AS sent, extract(epoch FROM o."processedAt")::float8 AS processed
-                    FROM "PushDelivery" d JOIN "PushOutbox" o ON o."eventKey" = d."eventKey" WHERE d.id = $1
-                    """#, [.text(delivery.id)])[0]
+                    FROM "PushDelivery" d JOIN "PushOutbox" o ON o."eventKey" = d."eventKey" WHERE d.id = \#(delivery.id)
+                    """#)[0]
                 let sent = try row["sent"].double(), processed = try row["processed"].double()
                 #expect(abs(sent - at.timeIntervalSince1970) < 0.001, "sentAt \(sent), answered \(at.timeIntervalSince1970)")
                 #expect(processed - sent > 29, "processedAt \(processed) is the write's time, after the answer")
@@ -168,7 +168,7 @@ struct ConcurrencyTests {
             // The first attempt ends unwritten (a crash); the device is replaced before the retry.
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
             try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
-            try db.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = $1"#, [.text(old)])
+            try db.connection.query(#"UPDATE "PushDevice" SET "isEnabled" = false WHERE id = \#(old)"#)
             _ = try db.device(owner: "c1", token: "token-new")
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             #expect(second.map(\.attempts) == [2])

@@ -17,7 +17,7 @@ import Timekeeping
 /// would disable a device"): three instances (engines with a sender each) on one database and one emulator.
 @Suite("Delivery engine: the disable brake across a fleet (emulator)")
 struct DisableBrakeFleetTests {
-    static func count(_ db: Fixtures, _ sql: String) throws -> Int { try db.connection.query(sql)[0]["n"].int() }
+    static func count(_ db: Fixtures, _ query: PostgresQuery) throws -> Int { try db.connection.query(query)[0]["n"].int() }
 
     static func pausedForNotFound(_ health: FCMHealth) -> Bool {
         if case .paused(.project, let reason) = health { reason.hasPrefix("NOT_FOUND from most devices") } else { false }
@@ -200,7 +200,7 @@ struct DisableBrakeFleetTests {
             let client = PostgresClient(conninfo: conninfo)
             let ids = { (range: Range<Int>) in range.map { String(format: "d-%02d", $0) } }
             let backdate = { (interval: String) throws in
-                _ = try db.connection.query(#"UPDATE "PushDeviceDisabled" SET "disabledAt" = "disabledAt" - $1::interval"#, [.text(interval)])
+                _ = try db.connection.query(#"UPDATE "PushDeviceDisabled" SET "disabledAt" = "disabledAt" - \#(interval)::interval"#)
             }
 
             // A healthy fleet's dead tokens, vouched for: 10 a minute, however many in the hour.

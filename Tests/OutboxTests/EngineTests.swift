@@ -162,11 +162,11 @@ struct EngineTests {
             async let firstClaimed = first.drain()
             // Once the first instance holds all 12 (14.4 s of sending behind one slot), wait until their first lease
             // would have run out, then start a second instance.
-            let leased = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
+            let leased: PostgresQuery = #"SELECT count(*) AS n, max("leaseExpiresAt") AS expiry FROM "PushOutbox" WHERE "leaseToken" IS NOT NULL"#
             try await eventually("the first worker leases all 12 events", timeout: .seconds(30)) { try db.connection.query(leased)[0]["n"].int() == 12 }
             let firstExpiry = try db.connection.query(leased)[0]["expiry"].date()
             try await eventually("the first worker's leases are 300 ms past their expiry", timeout: .seconds(30)) {
-                try db.connection.query("SELECT now() > $1::timestamptz + interval '300 ms' AS past", [.timestamp(firstExpiry)])[0]["past"].bool()
+                try db.connection.query("SELECT now() > \(firstExpiry)::timestamptz + interval '300 ms' AS past")[0]["past"].bool()
             }
             let secondClaimed = try await makeWorker(conninfo, sender: sender, configure: configure).0.drain()
             #expect(try await firstClaimed == 12)
@@ -196,19 +196,18 @@ struct EngineTests {
             // Another instance takes over every event but the one being sent.
             try db.connection.query(#"""
                 UPDATE "PushOutbox" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour',
-                    "availableAt" = now() + interval '1 hour' WHERE payload->>'recordingGroupId' <> $1
-                """#, [.text(group)])
+                    "availableAt" = now() + interval '1 hour' WHERE payload->>'recordingGroupId' <> \#(group)
+                """#)
             try db.connection.query(#"""
                 UPDATE "PushDelivery" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour'
-                WHERE "eventKey" <> $1
-                """#, [.text(sending)])
+                WHERE "eventKey" <> \#(sending)
+                """#)
             // Until the heartbeat has found the takeover.
             try await eventually("the engine logs \"lease lost\"", timeout: .seconds(30)) { sink.entries.contains { $0.message.hasPrefix("lease lost") } }
             gated.open()
             _ = try await drained
             #expect(gated.pushes.map(\.eventKey) == [sending], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
-            let kept = Int64(try db.connection.query(#"SELECT id FROM "PushOutbox" WHERE payload->>'recordingGroupId' = $1"#,
-                                                     [.text(group)])[0]["id"].int())
+            let kept = Int64(try db.connection.query(#"SELECT id FROM "PushOutbox" WHERE payload->>'recordingGroupId' = \#(group)"#)[0]["id"].int())
             #expect(try db.eventStatus(kept).status == "DONE")
         }
     }

@@ -75,7 +75,7 @@ struct EventFateTests {
             let connection = try PostgresConnection(conninfo: conninfo)
             let values = Self.settlements.map { "(\($0.0), \($0.1), \($0.2))" }.joined(separator: ", ")
             let expression = EventFate.settledStatusSQL(pending: "v.pending", attempts: "v.attempts", maxAttempts: "v.max_attempts")
-            let rows = try connection.query("SELECT \(expression) AS status FROM (VALUES \(values)) AS v(pending, attempts, max_attempts)")
+            let rows = try connection.query("SELECT \(unescaped: expression) AS status FROM (VALUES \(unescaped: values)) AS v(pending, attempts, max_attempts)")
             #expect(try rows.map { try $0["status"].string() } == Self.settlements.map(\.3.rawValue))
         }
     }

@@ -18,20 +18,21 @@ struct Fixtures {
     init(_ conninfo: String) throws { connection = try PostgresConnection(conninfo: conninfo) }
 
     func patient(_ id: String, name: String = "山田花子") throws {
-        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ($1, $2)"#, [.text(id), .text(name)])
+        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES (\#(id), \#(name))"#)
     }
 
     func link(caregiver: String, patient: String, status: String = "ACTIVE") throws {
-        try connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ($1, $2, $3, $4)"#,
-                             [.text(UUID().uuidString), .text(caregiver), .text(patient), .text(status)])
+        try connection.query(#"""
+            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(UUID().uuidString), \#(caregiver), \#(patient), \#(status))
+            """#)
     }
 
     @discardableResult
     func device(owner: String, token: String, enabled: Bool = true, id: String = UUID().uuidString) throws -> String {
         try connection.query("""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES ($1, 'CAREGIVER', $2, $3, 'ios', 'PROD', $4, now() - interval '1 day')
-            """, [.text(id), .text(owner), .text(token), .bool(enabled)])
+            VALUES (\(id), 'CAREGIVER', \(owner), \(token), 'ios', 'PROD', \(enabled), now() - interval '1 day')
+            """)
         return id
     }
 
@@ -46,28 +47,28 @@ struct Fixtures {
     @discardableResult
     func enqueue(patient: String, payload: String, eventType: String = "DOSE_TAKEN") throws -> Int64 {
         Int64(try connection.query("""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ($1, $2, $3::jsonb) RETURNING id
-            """, [.text(eventType), .text(patient), .text(payload)])[0]["id"].int())
+            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES (\(eventType), \(patient), \(payload)::jsonb) RETURNING id
+            """)[0]["id"].int())
     }
 
     /// `patients` patients, each cared for by one caregiver with `devices` devices, and `events` DOSE_TAKEN events spread over them.
     func caredForPatients(_ patients: Int, devicesEach devices: Int, events: Int) throws {
-        try connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, $1::int) g"#, [.int(patients)])
+        try connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, \#(patients)::int) g"#)
         try connection.query(#"""
             INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status)
-            SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, $1::int) g
-            """#, [.int(patients)])
+            SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, \#(patients)::int) g
+            """#)
         try connection.query(#"""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
             SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now()
-            FROM generate_series(1, $1::int) g, generate_series(1, $2::int) k
-            """#, [.int(patients), .int(devices)])
+            FROM generate_series(1, \#(patients)::int) g, generate_series(1, \#(devices)::int) k
+            """#)
         try connection.query(#"""
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-            SELECT 'DOSE_TAKEN', 'p' || (1 + g % $1::int), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
+            SELECT 'DOSE_TAKEN', 'p' || (1 + g % \#(patients)::int), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
                 'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
-            FROM generate_series(1, $2::int) g
-            """#, [.int(patients), .int(events)])
+            FROM generate_series(1, \#(events)::int) g
+            """#)
     }
 
     static func payload(date: String = "2026-02-11", slot: String = "morning", group: String? = "group-1",
@@ -77,7 +78,7 @@ struct Fixtures {
     }
 
     func eventStatus(_ id: Int64) throws -> (status: String, attempts: Int, lastError: String?) {
-        let row = try connection.query(#"SELECT status, attempts, "lastError" FROM "PushOutbox" WHERE id = $1"#, [.int(id)])[0]
+        let row = try connection.query(#"SELECT status, attempts, "lastError" FROM "PushOutbox" WHERE id = \#(id)"#)[0]
         return (try row["status"].string(), try row["attempts"].int(), row["lastError"].optionalString())
     }
 

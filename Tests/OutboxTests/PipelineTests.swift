@@ -31,8 +31,8 @@ struct PipelineTests {
             let pushes = sender.pushes.sorted { $0.token < $1.token }
             #expect(pushes.map(\.token) == ["token-a", "token-b"])
             // apns-expiration: the row's createdAt + EVENT_MAX_AGE (24 h), in UNIX seconds.
-            let expiration = try db.connection.query(#"SELECT floor(extract(epoch FROM "createdAt") + 86400)::bigint AS e FROM "PushOutbox" WHERE id = $1"#,
-                                                     [.int(Int(id))])[0]["e"].int()
+            let expiration = try db.connection.query(#"SELECT floor(extract(epoch FROM "createdAt") + 86400)::bigint AS e FROM "PushOutbox" WHERE id = \#(id)"#)[0]["e"]
+                .int()
             #expect(pushes[0] == DoseTakenPush(token: "token-a", eventKey: "doseTaken:group-1", patientId: "p1", displayName: "山田花子",
                                                date: "2026-02-11", slot: "morning", recordingGroupId: "group-1", withinTime: true,
                                                expiration: Int64(expiration)))
@@ -108,8 +108,8 @@ struct PipelineTests {
             try await makeWorker(conninfo, sender: sender).0.drain()
             let row = try db.connection.query(#"""
                 SELECT status, attempts, "lastError", extract(epoch FROM "availableAt" - now())::float8 AS wait,
-                       "leaseToken" IS NULL AS released FROM "PushOutbox" WHERE id = $1
-                """#, [.int(id)])[0]
+                       "leaseToken" IS NULL AS released FROM "PushOutbox" WHERE id = \#(id)
+                """#)[0]
             #expect(try row["status"].string() == "PENDING")
             #expect(try row["attempts"].int() == 1)
             #expect(row["lastError"].optionalString() == "UNAVAILABLE")
@@ -126,8 +126,7 @@ struct PipelineTests {
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let sender = ScriptedSender { _ in .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
             try await makeWorker(conninfo, sender: sender).0.drain()
-            let wait = try db.connection.query(#"SELECT extract(epoch FROM "availableAt" - now())::float8 AS w FROM "PushOutbox" WHERE id = $1"#,
-                                               [.int(id)])[0]["w"].double()
+            let wait = try db.connection.query(#"SELECT extract(epoch FROM "availableAt" - now())::float8 AS w FROM "PushOutbox" WHERE id = \#(id)"#)[0]["w"].double()
             #expect(wait >= 50)  // the 60 s QUOTA floor, not the 2 s backoff; slack for a loaded machine
         }
     }
@@ -167,7 +166,7 @@ struct PipelineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = $1"#, [.int(id)])
+            try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = \#(id)"#)
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(try db.eventStatus(id).status == "EXPIRED")

@@ -81,8 +81,7 @@ struct PoolerTests {
             let report = try Migrator.migrate(pooled)
             #expect(report.applied == Migrations.all.map(\.version))
             let indexes = Migrations.all.flatMap(\.concurrentIndexes).map(\.name)
-            let valid = try direct.query("SELECT count(*) AS n FROM pg_index WHERE indisvalid AND indexrelid::regclass::text = ANY($1)",
-                                         [.textArray(indexes.map { "\"\($0)\"" })])[0]["n"].int()
+            let valid = try direct.query("SELECT count(*) AS n FROM pg_index WHERE indisvalid AND indexrelid::regclass::text = ANY(\(indexes.map { "\"\($0)\"" }))")[0]["n"].int()
             #expect(valid == indexes.count)
             #expect(try direct.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
             #expect(try Migrator.migrate(pooled).applied.isEmpty)

@@ -13,8 +13,8 @@ struct RecipientsTests {
     static func device(_ db: Fixtures, owner: String, token: String, id: String, lastSeen ago: String, enabled: Bool = true) throws {
         try db.connection.query("""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES ($1, 'CAREGIVER', $2, $3, 'ios', 'PROD', $4, now() - $5::interval)
-            """, [.text(id), .text(owner), .text(token), .bool(enabled), .text(ago)])
+            VALUES (\(id), 'CAREGIVER', \(owner), \(token), 'ios', 'PROD', \(enabled), now() - \(ago)::interval)
+            """)
     }
 
     /// Caregiver A used a phone and signed out without switching pushes off; caregiver B signed in on it and registered
@@ -85,8 +85,9 @@ struct RecipientsTests {
             try db.device(owner: "c2", token: "token-c2", id: "d2")
             let ids = try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-                VALUES ('DOSE_TAKEN', 'p1', $1::jsonb), ('DOSE_TAKEN', 'p2', $2::jsonb) RETURNING id
-                """#, [.text(Fixtures.payload(slot: "morning", group: "shared-group")), .text(Fixtures.payload(slot: "evening", group: "shared-group"))])
+                VALUES ('DOSE_TAKEN', 'p1', \#(Fixtures.payload(slot: "morning", group: "shared-group"))::jsonb),
+                       ('DOSE_TAKEN', 'p2', \#(Fixtures.payload(slot: "evening", group: "shared-group"))::jsonb) RETURNING id
+                """#)
                 .map { Int64(try $0["id"].int()) }
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
@@ -123,7 +124,7 @@ struct RecipientsTests {
             #expect(sender.pushes.isEmpty)
             #expect(try db.eventStatus(second).status == "DONE")
             #expect(try db.eventStatus(first).status == "PENDING")  // its own retry is still ahead
-            try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE id = $1"#, [.int(Int(first))])
+            try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE id = \#(Int(first))"#)
             try await worker.drain()
             #expect(sender.pushes.map { "\($0.token) \($0.patientId) \($0.displayName) \($0.slot)" } == ["token-c1 p1 一郎 morning"])
             #expect(try db.eventStatus(first).status == "DONE")
@@ -133,7 +134,7 @@ struct RecipientsTests {
     /// Patient p1's caregiver c1 has one device (token "phone"); p1's event is answered 503 once, `change` happens while
     /// its delivery waits for the retry, and the retry is due: nothing may be sent, the delivery ends FAILED with `reason`
     /// and the event is DONE.
-    static func expectRetryNotSent(after change: String, reason: String) async throws {
+    static func expectRetryNotSent(after change: PostgresQuery, reason: String) async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.patient("p1")

@@ -83,7 +83,7 @@ struct RetentionTests {
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 30)
                 """#)
             try db.connection.query(#"VACUUM ANALYZE "PushOutbox""#)
-            let plan = try db.connection.query("EXPLAIN \(sql: QueueGauges.countQuery)" as PostgresQuery).map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
+            let plan = try db.connection.query("EXPLAIN \(sql: QueueGauges.countQuery)").map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             #expect(!plan.contains("Seq Scan"), "\(plan)")
             let snapshot = try QueueGauges.compute(db.connection)
             #expect(snapshot.events[.pending] == 30)
@@ -116,7 +116,7 @@ struct RetentionTests {
             try db.connection.query(#"ANALYZE "PushOutbox""#)
             let plan = try db.connection.withTransaction { connection in
                 let claim = OutboxStore.claimQuery(limit: 100, worker: "w", token: LeaseToken(), lease: .seconds(60))
-                return try connection.query("EXPLAIN \(sql: claim)" as PostgresQuery)
+                return try connection.query("EXPLAIN \(sql: claim)")
                     .map { try $0["QUERY PLAN"].string() }.joined(separator: "\n")
             }
             #expect(plan.contains("PushOutbox_pending_due_idx"))

@@ -29,7 +29,7 @@ struct SchemaDriftTests {
                 sender: sender, configuration: configuration, logger: Logger(label: "outbox", sink: MemorySink()), metrics: MetricsRegistry())
             let stop = StopSignal()
             let running = Task { await engine.run(until: stop) }
-            let drift = [
+            let drift: [PostgresQuery] = [
                 #"ALTER TABLE "PushDelivery" ADD COLUMN "apiNote" text DEFAULT 'x'"#,
                 #"ALTER TABLE "PushOutbox" ADD COLUMN "traceId" uuid"#,
                 #"ALTER TABLE "PushDevice" ADD COLUMN "appVersion" text"#,

@@ -3,6 +3,7 @@ import FCMEmulator
 import Foundation
 import Lifecycle
 import Outbox
+import Postgres
 import Push
 import Synchronization
 import TestSupport
@@ -12,7 +13,7 @@ import Testing
 /// (SPEC §3 "A wrong key is not evidence against the fleet").
 @Suite("Delivery engine: a wrong key and a stale token (emulator)")
 struct SenderMismatchFleetTests {
-    static func count(_ db: Fixtures, _ sql: String) throws -> Int { try db.connection.query(sql)[0]["n"].int() }
+    static func count(_ db: Fixtures, _ query: PostgresQuery) throws -> Int { try db.connection.query(query)[0]["n"].int() }
 
     static func pausedForWrongKey(_ health: FCMHealth) -> Bool {
         if case .paused(.project, let reason) = health { reason.contains("SENDER_ID_MISMATCH") } else { false }

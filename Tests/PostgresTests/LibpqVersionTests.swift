@@ -12,7 +12,7 @@ struct LibpqVersionTests {
     @Test("the loaded libpq and the server's version")
     func versions() async throws {
         let server = try await TestDatabase.withEmptyDatabase { conninfo in
-            let rows = try await PostgresClient(conninfo: conninfo).query("SELECT current_setting('server_version_num')::int AS v", [])
+            let rows = try await PostgresClient(conninfo: conninfo).query("SELECT current_setting('server_version_num')::int AS v")
             return try #require(rows.first)["v"].int()
         }
         // Read to EOF: /proc files report a size of 0.

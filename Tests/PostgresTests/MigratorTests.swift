@@ -148,8 +148,7 @@ final class InsertWriter: Sendable {
                 var n = 0
                 while state.withLock({ $0.running }) {
                     n += 1
-                    try connection.query(#"INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId") VALUES ($1, $2, 'd1')"#,
-                                         [.text("new-\(n)"), .text("new-\(n)")])
+                    try connection.query(#"INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId") VALUES (\#("new-\(n)"), \#("new-\(n)"), 'd1')"#)
                     let now = clock.now
                     state.withLock {
                         $0.count += 1

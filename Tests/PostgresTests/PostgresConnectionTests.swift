@@ -10,8 +10,7 @@ struct PostgresConnectionTests {
             let client = PostgresClient(conninfo: conninfo)
             let tricky = "服薬記録 'single' \"double\" \\ back"
             let rows = try await client.query(
-                "SELECT $1::text AS a, $2::text AS b, $3::bigint AS c, $4::boolean AS d, $5::text[] AS e",
-                [.text(tricky), .null, .int(-42), .bool(true), .textArray(["x,y", "z\"q", "服"])])
+                "SELECT \(tricky)::text AS a, \(PostgresValue.null)::text AS b, \(-42)::bigint AS c, \(true)::boolean AS d, \(["x,y", "z\"q", "服"])::text[] AS e")
             let row = try #require(rows.first)
             #expect(try row["a"].string() == tricky)
             #expect(row["b"].isNull)
@@ -27,11 +26,10 @@ struct PostgresConnectionTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
             let elements = ["", "\"", "\\", "a\"b\\c", "\"\"x\\\\", "end\\", "服\"薬\\", "NULL", "{a,b}", "plain-token:APA91b"]
-            let rows = try await client.query("SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n", [.textArray(elements)])
+            let rows = try await client.query("SELECT x FROM unnest(\(elements)::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n")
             #expect(try rows.map { try $0["x"].string() } == elements)
             let optional: [String?] = ["\"q\"", nil, "b\\"]
-            let nullable = try await client.query("SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n",
-                                                  [.optionalTextArray(optional)])
+            let nullable = try await client.query("SELECT x FROM unnest(\(optional)::text[]) WITH ORDINALITY AS u(x, n) ORDER BY n")
             #expect(nullable.map { $0["x"].isNull ? nil : try? $0["x"].string() } == optional)
         }
     }
@@ -45,17 +43,17 @@ struct PostgresConnectionTests {
             try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
             let settings = TransactionSettings.worker(statementTimeout: .seconds(7), lockTimeout: .seconds(3), asynchronousCommit: true)
             let results = try connection.pipelinedTransaction(settings: settings, [
-                ("INSERT INTO t VALUES ($1), ($2) RETURNING id", [.int(1), .int(2)]),
-                ("SELECT current_setting('statement_timeout') AS st, current_setting('synchronous_commit') AS sc", []),
+                "INSERT INTO t VALUES (\(1)), (\(2)) RETURNING id",
+                "SELECT current_setting('statement_timeout') AS st, current_setting('synchronous_commit') AS sc",
             ])
             #expect(try results.count == 2 && results[0].map { try $0["id"].int() } == [1, 2])
             #expect(try results[1][0]["st"].string() == "7s" && results[1][0]["sc"].string() == "off")
 
             let error = #expect(throws: PostgresError.self) {
                 try connection.pipelinedTransaction(settings: settings, [
-                    ("INSERT INTO t VALUES ($1)", [.int(3)]),
-                    ("INSERT INTO t VALUES ($1)", [.int(1)]),  // duplicate key
-                    ("INSERT INTO t VALUES ($1)", [.int(4)]),
+                    "INSERT INTO t VALUES (\(3))",
+                    "INSERT INTO t VALUES (\(1))",  // duplicate key
+                    "INSERT INTO t VALUES (\(4))",
                 ])
             }
             #expect(error?.sqlState == "23505")
@@ -72,7 +70,7 @@ struct PostgresConnectionTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let connection = try PostgresConnection(conninfo: conninfo)
             try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
-            for id in 1...10 { _ = try connection.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(id)])]) }
+            for id in 1...10 { _ = try connection.pipelinedTransaction(["INSERT INTO t VALUES (\(id))"]) }
             #expect(connection.usesPreparedStatements)
             let prepared = try connection.query("SELECT name, statement FROM pg_prepared_statements")
             #expect(prepared.count == 1)
@@ -88,7 +86,7 @@ struct PostgresConnectionTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let connection = try PostgresConnection(conninfo: conninfo)
             try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
-            let insert = "INSERT INTO t VALUES ($1)"
+            let insert = "INSERT INTO t VALUES ($1)"  // the text of the statement below, which names it
             var names: [String] = []
             func executionsOfCurrentPreparation() throws -> Int {
                 let rows = try connection.query("SELECT name, generic_plans + custom_plans AS n FROM pg_prepared_statements")
@@ -98,7 +96,7 @@ struct PostgresConnectionTests {
             }
             var id = 0
             func run(_ times: Int) throws {
-                for _ in 0..<times { id += 1; _ = try connection.pipelinedTransaction([(insert, [.int(id)])]) }
+                for _ in 0..<times { id += 1; _ = try connection.pipelinedTransaction(["INSERT INTO t VALUES (\(id))"]) }
             }
             try run(32)
             #expect(try executionsOfCurrentPreparation() == 32)
@@ -123,14 +121,15 @@ struct PostgresConnectionTests {
             let conninfo = throughPooler ? try TestDatabase.poolerConninfo(direct) : direct
             let connection = try PostgresConnection(conninfo: conninfo)
             try connection.query("CREATE TABLE t (id int PRIMARY KEY)")
-            let insert = "INSERT INTO t VALUES ($1)", other = "INSERT INTO t SELECT $1::int + 1000"
-            _ = try connection.pipelinedTransaction([(insert, [.int(1)])])
+            func insert(_ id: Int) -> PostgresQuery { "INSERT INTO t VALUES (\(id))" }
+            func other(_ id: Int) -> PostgresQuery { "INSERT INTO t SELECT \(id)::int + 1000" }
+            _ = try connection.pipelinedTransaction([insert(1)])
             let error = #expect(throws: PostgresError.self) {
-                try connection.pipelinedTransaction([(insert, [.int(1)]), (other, [.int(1)])])  // duplicate key first
+                try connection.pipelinedTransaction([insert(1), other(1)])  // duplicate key first
             }
             #expect(error?.sqlState == "23505")
             // 69 more: both are prepared again after their 32nd executions (`other`'s first Parse was skipped).
-            for id in 2...70 { _ = try connection.pipelinedTransaction([(insert, [.int(id)]), (other, [.int(id)])]) }
+            for id in 2...70 { _ = try connection.pipelinedTransaction([insert(id), other(id)]) }
             #expect(connection.isHealthy)
             let counts = try connection.query("SELECT count(*) FILTER (WHERE id <= 70) AS a, count(*) FILTER (WHERE id > 1000) AS b FROM t")[0]
             #expect(try counts["a"].int() == 70 && counts["b"].int() == 69)
@@ -149,14 +148,14 @@ struct PostgresConnectionTests {
             try connection.query("ANALYZE t")  // as the benchmark and a fresh deployment have it: analyzed while empty
             let base = TransactionSettings.worker(statementTimeout: .seconds(30), lockTimeout: .seconds(3), asynchronousCommit: false)
             let settings = keyed ? base.forKeyedStatements() : base
-            let update = "UPDATE t SET v = v + 1 FROM unnest($1::text[]) AS u(id) WHERE t.id = u.id"
+            func update(_ ids: [String]) -> PostgresQuery { "UPDATE t SET v = v + 1 FROM unnest(\(ids)::text[]) AS u(id) WHERE t.id = u.id" }
             // Enough executions on the empty table for the server to settle on a generic plan.
-            for _ in 0..<8 { _ = try connection.pipelinedTransaction(settings: settings, [(update, [.textArray(["a", "b"])])]) }
+            for _ in 0..<8 { _ = try connection.pipelinedTransaction(settings: settings, [update(["a", "b"])]) }
             try connection.query("INSERT INTO t (id) SELECT 'k' || g FROM generate_series(1, 20000) g")
             try connection.query("SELECT pg_stat_force_next_flush()")
             let before = try connection.query("SELECT coalesce(seq_tup_read, 0) AS n FROM pg_stat_user_tables WHERE relname = 't'")[0]["n"].int()
             for round in 0..<3 {
-                _ = try connection.pipelinedTransaction(settings: settings, [(update, [.textArray(["k\(round + 1)", "k\(round + 100)"])])])
+                _ = try connection.pipelinedTransaction(settings: settings, [update(["k\(round + 1)", "k\(round + 100)"])])
             }
             try connection.query("SELECT pg_stat_force_next_flush()")
             let after = try connection.query("SELECT coalesce(seq_tup_read, 0) AS n FROM pg_stat_user_tables WHERE relname = 't'")[0]["n"].int()
@@ -183,16 +182,16 @@ struct PostgresConnectionTests {
             try admin.query("CREATE TABLE t (id int PRIMARY KEY)")
             let pooledConninfo = try TestDatabase.poolerConninfo(direct, tracked: tracked)
             let pooled = try PostgresConnection(conninfo: pooledConninfo)
-            _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(1)])])
+            _ = try pooled.pipelinedTransaction(["INSERT INTO t VALUES (\(1))"])
             #expect(pooled.usesPreparedStatements)
             let prepared = try pooled.query("SELECT pg_backend_pid() AS pid")[0]["pid"].int()
             // Another client holds the only server session of this database's pool (the one that has the statement)
             // in a transaction, so the next transaction of `pooled` is handed a new session.
             let holder = try PostgresConnection(conninfo: pooledConninfo)
-            try holder.execute("BEGIN")
+            try holder.query("BEGIN")
             #expect(try holder.query("SELECT pg_backend_pid() AS pid")[0]["pid"].int() == prepared)
-            for id in 2...6 { _ = try pooled.pipelinedTransaction([("INSERT INTO t VALUES ($1)", [.int(id)])]) }
-            try holder.execute("COMMIT")
+            for id in 2...6 { _ = try pooled.pipelinedTransaction(["INSERT INTO t VALUES (\(id))"]) }
+            try holder.query("COMMIT")
             #expect(pooled.usesPreparedStatements == (tracked && TestDatabase.poolerTracksPreparedStatements))
             #expect(try admin.query("SELECT count(*) AS n FROM t")[0]["n"].int() == 6)
         }
@@ -202,7 +201,7 @@ struct PostgresConnectionTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
             let date = Date(timeIntervalSince1970: 1_770_764_607.123456)
-            let rows = try await client.query("SELECT $1::timestamptz AS t, '2026-02-11 08:03:27+09'::timestamptz AS u", [.timestamp(date)])
+            let rows = try await client.query("SELECT \(date)::timestamptz AS t, '2026-02-11 08:03:27+09'::timestamptz AS u")
             let back = try rows[0]["t"].date()
             #expect(abs(back.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000_002)
             #expect(try rows[0]["u"].date() == Date(timeIntervalSince1970: 1_770_764_607))
@@ -213,7 +212,7 @@ struct PostgresConnectionTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
             let error = await #expect(throws: PostgresError.self) {
-                try await client.query("SELECT $1::int / 0 AS boom", [.text("7")])
+                try await client.query("SELECT \("7")::int / 0 AS boom")
             }
             #expect(error?.sqlState == "22012")
             #expect(error?.statement?.contains("SELECT $1::int / 0") == true)
@@ -231,12 +230,12 @@ struct PostgresConnectionTests {
             struct Boom: Error {}
             await #expect(throws: Boom.self) {
                 try await client.withTransaction { connection in
-                    try connection.query("INSERT INTO t VALUES ($1)", ["gone"])
+                    try connection.query("INSERT INTO t VALUES (\("gone"))")
                     throw Boom()
                 }
             }
             try await client.withTransaction { connection in
-                try connection.query("INSERT INTO t VALUES ($1)", ["kept"])
+                try connection.query("INSERT INTO t VALUES (\("kept"))")
             }
             let values = try await client.query("SELECT v FROM t").map { try $0["v"].string() }
             #expect(values == ["kept"])

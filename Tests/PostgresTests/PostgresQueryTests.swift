@@ -13,6 +13,38 @@ struct PostgresQueryTests {
         #expect(query.description == query.sql)
     }
 
+    /// `query("… \(value)")` has only the `PostgresQuery` overload to pick: through the client, a connection and a
+    /// pipeline alike, a value that reads as SQL is bound and comes back as data; the table it names is still there.
+    @Test func queryCalls_bindInterpolatedValues_soSQLInAValueRoundTripsAsData() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let client = PostgresClient(conninfo: conninfo)
+            let hostile = "x'); DROP TABLE t; --"
+            try await client.query("CREATE TABLE t (via text, name text)")
+            try await client.query("INSERT INTO t VALUES ('client', \(hostile))")
+            _ = try await client.withConnection { connection in try connection.query("INSERT INTO t VALUES ('connection', \(hostile))") }
+            try await client.pipelinedTransaction(["INSERT INTO t VALUES ('pipeline', \(hostile))"])
+            let rows = try await client.query("SELECT via, name FROM t WHERE name = \(hostile) ORDER BY via")
+            #expect(try rows.map { try $0["via"].string() } == ["client", "connection", "pipeline"])
+            #expect(try rows.allSatisfy { try $0["name"].string() == hostile })
+        }
+    }
+
+    /// `unescaped` pastes program-built SQL text (a quoted identifier); a script runs several statements and refuses a
+    /// value, since the simple query protocol has no parameters.
+    @Test func unescapedText_isPasted_andScriptsRefuseValues() async throws {
+        let table = PostgresConnection.quoteIdentifier(#"odd "name""#)
+        let query: PostgresQuery = "SELECT count(*) AS n FROM \(unescaped: table) WHERE v = \(1)"
+        #expect(query.sql == #"SELECT count(*) AS n FROM "odd ""name""" WHERE v = $1"#)
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.executeScript("CREATE TABLE \(unescaped: table) (v int); INSERT INTO \(unescaped: table) VALUES (1), (2)")
+            #expect(try connection.query(query)[0]["n"].int() == 1)
+            let error = #expect(throws: PostgresError.self) { try connection.executeScript("DELETE FROM \(unescaped: table) WHERE v = \(1)") }
+            #expect(error?.message.contains("cannot bind") == true)
+            #expect(try connection.query("SELECT count(*) AS n FROM \(unescaped: table)")[0]["n"].int() == 2)
+        }
+    }
+
     @Test func fragments_composeAsSQL_withTheirParametersRenumbered() {
         let eligible: PostgresQuery = "(status = \("ACTIVE") OR \"revokedAt\" > \(Date(timeIntervalSince1970: 0)))"
         let query: PostgresQuery = "SELECT id FROM e WHERE environment = \("Sandbox") AND \(sql: eligible) LIMIT \(5)"
@@ -27,7 +59,7 @@ struct PostgresQueryTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
             let label = "p1"
-            let rows = try await client.query("SELECT 42::bigint AS n, \(label)::text AS s, NULL::text AS o, now() AS t, true AS b" as PostgresQuery)
+            let rows = try await client.query("SELECT 42::bigint AS n, \(label)::text AS s, NULL::text AS o, now() AS t, true AS b")
             let (n, s, o, t, b) = try rows.first!.decode((Int, String, String?, Date, Bool).self)
             #expect(n == 42 && s == "p1" && o == nil && b)
             #expect(abs(t.timeIntervalSinceNow) < 60)

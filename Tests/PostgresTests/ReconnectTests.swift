@@ -12,7 +12,7 @@ struct ReconnectTests {
             let client = PostgresClient(conninfo: conninfo, maxConnections: 1)
             let pid = try await client.query("SELECT pg_backend_pid() AS pid")[0]["pid"].int()
             let admin = try PostgresConnection(conninfo: conninfo)
-            try admin.query("SELECT pg_terminate_backend($1)", [.int(pid)])
+            try admin.query("SELECT pg_terminate_backend(\(pid))")
             let error = await #expect(throws: PostgresError.self) {
                 try await client.query("SELECT 1")
             }

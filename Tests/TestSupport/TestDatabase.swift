@@ -63,7 +63,7 @@ public enum TestDatabase {
     /// Creates the web API's tables as its Prisma schema does (SPEC §2.1).
     public static func createAPITables(_ connection: PostgresConnection) throws {
         guard apiTables.count >= 8 else { throw TestSupportError("sql/dev-api-schema.sql not found or incomplete") }
-        for statement in apiTables { try connection.query(statement) }
+        for statement in apiTables { try connection.query("\(unescaped: statement)") }
     }
 
     /// `sql/dev-api-schema.sql`, split into statements (the demo and benchmark use the same file).
@@ -76,7 +76,7 @@ public enum TestDatabase {
 
     private static func runAdmin(_ admin: String, _ sql: String) throws {
         let connection = try PostgresConnection(conninfo: admin)
-        try connection.query(sql)
+        try connection.query("\(unescaped: sql)")  // CREATE/DROP DATABASE of a name made here: identifiers cannot be bound
     }
 }
 
