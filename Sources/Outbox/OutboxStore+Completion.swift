@@ -219,7 +219,7 @@ extension OutboxStore {
             for (statement, rows) in zip(statements, results) {
                 switch statement.role {
                 case .disableDevices: summary.disabledDevices = try rows.map { try $0["id"].string() }
-                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.status }
+                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status }
                 case .complete:
                     for row in rows { summary.eventStatuses[try row["id"].decode(Int64.self)] = try row["status"].decode(OutboxStatus.self) }
                 case .release, .lock: break

@@ -57,9 +57,9 @@ struct EventFateTests {
     }
 
     /// (deliveries pending, attempts, max attempts) -> status.
-    static let settlements: [(Bool, Int, Int, EventFate.Settled)] = [
+    static let settlements: [(Bool, Int, Int, OutboxStatus)] = [
         (false, 1, 10, .done), (false, 10, 10, .done), (false, 12, 10, .done),
-        (true, 1, 10, .retry), (true, 9, 10, .retry), (true, 10, 10, .dead), (true, 11, 10, .dead), (true, 1, 1, .dead),
+        (true, 1, 10, .pending), (true, 9, 10, .pending), (true, 10, 10, .dead), (true, 11, 10, .dead), (true, 1, 1, .dead),
     ]
 
     @Test func settled_inSwift() {
