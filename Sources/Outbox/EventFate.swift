@@ -125,6 +125,12 @@ public enum EventFate {
             + "ELSE '\(OutboxStatus.pending.rawValue)' END"
     }
 
+    /// When a settled event still pending is due again: its backoff after `attempts`, or the longest wait a delivery
+    /// asked for (`floor`), whichever is longer. The jitter is spread over the event and attempt (no system call per event).
+    public static func retryDelay(eventId: Int64, attempts: Int, floor: Duration, backoff: Backoff) -> Duration {
+        max(backoff.delay(afterAttempt: attempts, jitter: Backoff.jitter(seed: UInt64(bitPattern: eventId) &* 31 &+ UInt64(attempts))), floor)
+    }
+
     // MARK: Operator commands
 
     /// What `redrive` does with a DEAD event.
