@@ -110,27 +110,25 @@ public enum EventFate {
 
     // MARK: At settlement
 
-    /// An event once every delivery of this attempt was answered.
-    public enum Settled: String, Sendable, CaseIterable {
-        /// No delivery of its key is PENDING (whatever mix of SENT and FAILED).
-        case done = "DONE"
-        /// Deliveries still pending and attempts left: due again after its backoff.
-        case retry = "PENDING"
-        /// Deliveries still pending and no attempt left.
-        case dead = "DEAD"
-    }
-
-    /// The settlement rule. The completion statement applies it in SQL, where `deliveriesPending` is known
+    /// An event once every delivery of this attempt was answered: `.done` when no delivery of its key is PENDING
+    /// (whatever mix of SENT and FAILED); else `.pending` (due again after its delay) while attempts are left, `.dead`
+    /// once none is. The completion statement applies it in SQL, where `deliveriesPending` is known
     /// (`settledStatusSQL`); `EventFateTests` runs one table through both.
-    public static func settled(deliveriesPending: Bool, attempts: Int, maxAttempts: Int) -> Settled {
+    public static func settled(deliveriesPending: Bool, attempts: Int, maxAttempts: Int) -> OutboxStatus {
         if !deliveriesPending { return .done }
-        return attempts >= maxAttempts ? .dead : .retry
+        return attempts >= maxAttempts ? .dead : .pending
     }
 
-    /// `settled` as a SQL expression over the columns named (the completion statement's `status`).
+    /// `settled` as a SQL expression over the columns named (the completion statement's verdict).
     public static func settledStatusSQL(pending: String, attempts: String, maxAttempts: String) -> String {
-        "CASE WHEN NOT \(pending) THEN '\(Settled.done.rawValue)' WHEN \(attempts) >= \(maxAttempts) THEN '\(Settled.dead.rawValue)' "
-            + "ELSE '\(Settled.retry.rawValue)' END"
+        "CASE WHEN NOT \(pending) THEN '\(OutboxStatus.done.rawValue)' WHEN \(attempts) >= \(maxAttempts) THEN '\(OutboxStatus.dead.rawValue)' "
+            + "ELSE '\(OutboxStatus.pending.rawValue)' END"
+    }
+
+    /// When a settled event still pending is due again: its backoff after `attempts`, or the longest wait a delivery
+    /// asked for (`floor`), whichever is longer. The jitter is spread over the event and attempt (no system call per event).
+    public static func retryDelay(eventId: Int64, attempts: Int, floor: Duration, backoff: Backoff) -> Duration {
+        max(backoff.delay(afterAttempt: attempts, jitter: Backoff.jitter(seed: UInt64(bitPattern: eventId) &* 31 &+ UInt64(attempts))), floor)
     }
 
     // MARK: Operator commands

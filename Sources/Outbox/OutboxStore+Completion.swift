@@ -74,8 +74,8 @@ extension OutboxStore {
         """
     }
 
-    /// The event's new status in the completion statement: `EventFate.settled` written over its columns, so the rule
-    /// has one text (`EventFateTests` checks the two agree).
+    /// The completion statement's verdict on an event: `EventFate.settled` written over its columns, so the rule has one
+    /// text (`EventFateTests` checks the two agree); the statement writes what that verdict calls for.
     static let settledStatus: PostgresQuery =
         "\(unescaped: EventFate.settledStatusSQL(pending: "p.pending", attempts: "o.attempts", maxAttempts: "p.max_attempts"))"
 
@@ -89,8 +89,7 @@ extension OutboxStore {
     /// else the fleet's cap held it and it stays PENDING, retried with its event.
     package static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
-                              delays: [Double], errors: [String?],
-                              leases: [String], expected: [String]) -> PostgresQuery {
+                              delays: [Double], errors: [String?], leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
             SELECT u.*, u.kind = 'DISABLE' AND EXISTS (
@@ -122,12 +121,11 @@ extension OutboxStore {
                         \(leases)::uuid[], \(expected)::text[])
                 AS v(id, key, patient, delay, err, token, expected)
         ), p AS (
-            -- Probed once per event, one walk of the key's rows: the LATERAL subquery's OFFSET 0 keeps the planner
-            -- from copying it into each CASE below that reads `pending` (it did: four probes per event). DONE only on
-            -- written evidence, never on the absence of rows. An event is pending when a delivery of its key is
-            -- PENDING (not counting the ones this statement settles), when a result of its key found no row to write,
-            -- or when a delivery its attempt fanned out (`expected`: ids, comma-separated) is not in the table at all:
-            -- a failover lost the fan-out that inserted it (and the writes that recorded it) and kept the claim.
+            -- Probed once per event, one walk of the key's rows (the LATERAL subquery's OFFSET 0 keeps the planner from
+            -- copying it into each reading of `pending`: it did, four probes per event). DONE only on written evidence,
+            -- never on the absence of rows: pending when a delivery of its key is PENDING (not counting the ones this
+            -- statement settles), when a result of its key found no row to write, or when a delivery its attempt fanned out
+            -- (`expected`: ids, comma-separated) is missing: a failover lost its fan-out and writes, and kept the claim.
             SELECT v.*, s.pending FROM v CROSS JOIN LATERAL (
                 SELECT coalesce(bool_or(pd.status = 'PENDING' AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')), false)
                        OR count(*) FILTER (WHERE pd.id = ANY(string_to_array(v.expected, ','))) < cardinality(string_to_array(v.expected, ','))
@@ -136,13 +134,13 @@ extension OutboxStore {
             ) s
         )
         UPDATE "PushOutbox" o
-        SET status = \(sql: settledStatus),
-            "processedAt" = CASE WHEN NOT p.pending OR o.attempts >= p.max_attempts THEN now() END,
-            "availableAt" = CASE WHEN p.pending AND o.attempts < p.max_attempts
-                                 THEN now() + make_interval(secs => p.delay) ELSE o."availableAt" END,
-            "lastError" = CASE WHEN NOT p.pending THEN NULL
-                               WHEN o.attempts >= p.max_attempts THEN 'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending')
-                               ELSE p.err END,
+        SET (status, "processedAt", "availableAt", "lastError") = (
+                -- The verdict, computed once (`settledStatus`), picks what it writes.
+                SELECT w.* FROM (VALUES ('DONE', now(), o."availableAt", NULL),
+                                        ('PENDING', NULL, now() + make_interval(secs => p.delay), p.err),
+                                        ('DEAD', now(), o."availableAt",
+                                         'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending'))
+                ) AS w(status, processed, available, err) WHERE w.status = \(sql: settledStatus)),
             "eventKey" = p.key, "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
         FROM p
         WHERE o.id = p.id AND o."leaseToken" = p.token AND o.status = \(sql: stillPending)
@@ -219,7 +217,7 @@ extension OutboxStore {
             for (statement, rows) in zip(statements, results) {
                 switch statement.role {
                 case .disableDevices: summary.disabledDevices = try rows.map { try $0["id"].string() }
-                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status.status }
+                case .finishEvents: for item in finished { summary.eventStatuses[item.id] = item.status }
                 case .complete:
                     for row in rows { summary.eventStatuses[try row["id"].decode(Int64.self)] = try row["status"].decode(OutboxStatus.self) }
                 case .release, .lock: break

@@ -18,7 +18,7 @@ public struct Backoff: Sendable {
     }
 
     /// A jitter factor in [0.5, 1.0] spread over `seed` (SplitMix64): for delays computed on a hot path for every
-    /// item (the completer prices a retry for every settled event), where the system generator would cost a system
+    /// item (the engine prices a retry for every settled event), where the system generator would cost a system
     /// call each. Different seeds (event id and attempt) land apart, which is all the jitter is for.
     public static func jitter(seed: UInt64) -> Double {
         var z = seed &+ 0x9E37_79B9_7F4A_7C15

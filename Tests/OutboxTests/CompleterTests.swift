@@ -23,9 +23,7 @@ struct CompleterTests {
     }
 
     static func lostGroupEnd(_ raw: Int) -> EngineStateMachine.Action {
-        var group = EngineStateMachine.Group(events: [], eventKey: "doseTaken:\(raw)", deliveries: [:], open: 0)
-        group.lost = true
-        return .settle(EventGroupID(raw: raw), group)
+        .end(EventGroupID(raw: raw), .nothing)
     }
 
     /// What a writer reported written, in order.

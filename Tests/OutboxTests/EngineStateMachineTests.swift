@@ -3,6 +3,7 @@ import Foundation
 @testable import Outbox
 import Push
 import Testing
+import Timekeeping
 
 /// The engine's bookkeeping without a database or network: every transition, the load accounting
 /// (a slot is held from a send's start until its outcome is written), and stop in every state.
@@ -43,7 +44,7 @@ struct EngineStateMachineTests {
         for action in actions {
             switch action {
             case .record(let send, _): receipt.deliveries.append(.init(group: send.group, delivery: send.delivery.id))
-            case .settle(let id, _): receipt.groups.append(id)
+            case .end(let id, _): receipt.groups.append(id)
             case .send, .release: break
             }
         }
@@ -56,7 +57,9 @@ struct EngineStateMachineTests {
             case .send: "send"
             case .record: "record"
             case .release: "release"
-            case .settle: "settle"
+            case .end(_, .settle): "end(settle)"
+            case .end(_, .release): "end(release)"
+            case .end(_, .nothing): "end(nothing)"
             }
         }
     }
@@ -94,12 +97,17 @@ struct EngineStateMachineTests {
         let first = machine.answered(started[0], .sent(messageName: "m0"))
         #expect(Self.kinds(first) == ["record"])
         let last = machine.answered(started[1], .retry(reason: "UNAVAILABLE", after: .seconds(30), minimumBackoff: nil))
-        #expect(Self.kinds(last) == ["record", "settle"])
-        guard case .settle(let ended, let group) = last[1] else { Issue.record("no settle"); return }
+        #expect(Self.kinds(last) == ["record", "end(settle)"])  // settled: nothing unsent, abandoned or lost
+        guard case .end(let ended, .settle(let settlements)) = last[1] else { Issue.record("no settlement"); return }
         #expect(ended == id)
-        #expect(group.retryFloor == .seconds(30))
-        #expect(group.retryReason == "UNAVAILABLE")
-        #expect(!group.unsent && !group.abandoned && !group.lost)
+        // The action carries what to write: the longest wait asked for (over the 1st attempt's backoff), and why.
+        #expect(settlements.map(\.id) == [1])
+        #expect(settlements[0].retryDelay == .seconds(30))
+        #expect(settlements[0].retryDelay == EventFate.retryDelay(eventId: 1, attempts: 1, floor: .seconds(30), backoff: Backoff()))
+        #expect(settlements[0].error == "UNAVAILABLE")
+        #expect(settlements[0].eventKey == "doseTaken:g")
+        #expect(settlements[0].deliveryIds == sends.map(\.delivery.id))
+        #expect(settlements[0].lease == sends[0].delivery.lease)
         machine.written(Self.receipt(first))
         #expect(!machine.isIdle)
         machine.written(Self.receipt(last))
@@ -112,7 +120,10 @@ struct EngineStateMachineTests {
         let event = ClaimedEvent(id: 9, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: LeaseToken())
         let (id, actions) = machine.open(events: [event], eventKey: "doseTaken:x", deliveries: [])
-        #expect(Self.kinds(actions) == ["settle"])
+        #expect(Self.kinds(actions) == ["end(settle)"])
+        guard case .end(_, .settle(let settlements)) = actions.first else { return }
+        #expect(settlements.map(\.id) == [9])
+        #expect(settlements[0].deliveryIds.isEmpty)
         machine.written(.init(groups: [id]))
         #expect(machine.isIdle)
     }
@@ -288,10 +299,25 @@ struct EngineStateMachineTests {
         #expect(Self.kinds(answer) == ["record"])
         machine.written(Self.receipt(answer))
         let rest = machine.next()
-        #expect(Self.kinds(rest) == ["settle"])
-        guard case .settle(_, let group) = rest[0] else { return }
-        #expect(group.lost)
+        #expect(Self.kinds(rest) == ["end(nothing)"])  // lost: its end writes nothing
+        #expect(machine.groups.values.first?.phase == .ending(lost: true))
         machine.written(Self.receipt(rest))
+        #expect(machine.isIdle)
+    }
+
+    @Test func leaseLostAfterTheGroupEnded_stopsItsRenewal_butDoesNotEndItAgain() {
+        var machine = Machine(slots: 1, highWater: 8)
+        let (id, sends) = Self.claim(&machine, devices: 1)
+        _ = machine.enqueue(sends)
+        let answer = machine.answered(Self.started(&machine)[0], .sent(messageName: "m"))
+        #expect(Self.kinds(answer) == ["record", "end(settle)"])
+        let held = machine.heldLeases()
+        #expect(held.deliveries.count == 1)
+        #expect(machine.markLost(events: [.init(id: "1", lease: held.events[0].lease)], deliveries: []) == 1)
+        #expect(machine.groups[id]?.phase == .ending(lost: true))
+        #expect(machine.heldLeases().events.isEmpty && machine.heldLeases().deliveries.isEmpty)
+        #expect(machine.abandonRemaining().isEmpty)
+        machine.written(Self.receipt(answer))
         #expect(machine.isIdle)
     }
 
@@ -321,9 +347,9 @@ struct EngineStateMachineTests {
         let (_, sends) = Self.claim(&machine, devices: 2)
         _ = machine.enqueue(sends)
         let actions = machine.stop()
-        #expect(Self.kinds(actions) == ["release", "release", "settle"])
-        guard case .settle(_, let group) = actions.last else { return }
-        #expect(group.unsent)
+        #expect(Self.kinds(actions) == ["release", "release", "end(release)"])  // unsent: the event is released
+        guard case .end(_, .release(let events)) = actions.last else { return }
+        #expect(events.map(\.id) == [1])
         #expect(machine.next().isEmpty)
         machine.written(Self.receipt(actions))
         #expect(machine.isIdle)
@@ -338,9 +364,8 @@ struct EngineStateMachineTests {
         let stopped = machine.stop()
         #expect(Self.kinds(stopped) == ["release"])  // the queued one; the group waits for the one in flight
         let answer = machine.answered(started[0], .sent(messageName: "m"))
-        #expect(Self.kinds(answer) == ["record", "settle"])
-        guard case .settle(_, let group) = answer[1] else { return }
-        #expect(group.unsent)  // released (due again at once), the sent delivery recorded SENT
+        // Released (due again at once), the sent delivery recorded SENT.
+        #expect(Self.kinds(answer) == ["record", "end(release)"])
         machine.written(Self.receipt(answer))
         #expect(machine.isIdle)
     }
@@ -368,9 +393,7 @@ struct EngineStateMachineTests {
         #expect(cancelled.isEmpty)
         #expect(machine.sending == 1)
         let rest = machine.abandonRemaining()
-        #expect(Self.kinds(rest) == ["settle"])
-        guard case .settle(_, let group) = rest[0] else { return }
-        #expect(group.abandoned)
+        #expect(Self.kinds(rest) == ["end(release)"])  // abandoned: the event is released, no outcome written
         #expect(machine.sending == 0)
         #expect(machine.answered(started[1], .sent(messageName: "late")).isEmpty)  // a late answer is ignored
         machine.written(Self.receipt(rest))
@@ -382,7 +405,7 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 1, highWater: 8)
         _ = machine.stop()
         let (_, sends) = Self.claim(&machine, devices: 1)
-        #expect(Self.kinds(machine.enqueue(sends)) == ["release", "settle"])
+        #expect(Self.kinds(machine.enqueue(sends)) == ["release", "end(release)"])
     }
 
     @Test func notSentAnswer_releasesTheDelivery_andFreesItsSlot() {
@@ -432,9 +455,8 @@ struct EngineStateMachineTests {
         machine.written(Self.receipt(answer))
         // ...but nothing more starts: the group is given up, and its end writes nothing (its lease lapses by itself).
         let late = machine.next(now: start + .seconds(4) + .milliseconds(1), margin: lease / 3)
-        #expect(Self.kinds(late) == ["settle"])
-        guard case .settle(_, let group) = late.first else { return }
-        #expect(group.lost)
+        #expect(Self.kinds(late) == ["end(nothing)"])  // lost: its end writes nothing
+        #expect(machine.groups[id]?.phase == .ending(lost: true))
         #expect(machine.heldLeases().events.isEmpty)
         machine.written(Self.receipt(late))
         #expect(machine.isIdle)

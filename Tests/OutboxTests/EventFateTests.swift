@@ -4,6 +4,7 @@ import Postgres
 import Push
 import TestSupport
 import Testing
+import Timekeeping
 
 /// One rule per fate, as tables: the claim's verdict, a send outcome's write, the settlement (in Swift and in the SQL the
 /// completion statement runs: the same table through both), and the operator commands' age rule.
@@ -57,9 +58,9 @@ struct EventFateTests {
     }
 
     /// (deliveries pending, attempts, max attempts) -> status.
-    static let settlements: [(Bool, Int, Int, EventFate.Settled)] = [
+    static let settlements: [(Bool, Int, Int, OutboxStatus)] = [
         (false, 1, 10, .done), (false, 10, 10, .done), (false, 12, 10, .done),
-        (true, 1, 10, .retry), (true, 9, 10, .retry), (true, 10, 10, .dead), (true, 11, 10, .dead), (true, 1, 1, .dead),
+        (true, 1, 10, .pending), (true, 9, 10, .pending), (true, 10, 10, .dead), (true, 11, 10, .dead), (true, 1, 1, .dead),
     ]
 
     @Test func settled_inSwift() {
@@ -78,6 +79,15 @@ struct EventFateTests {
             let rows = try connection.query("SELECT \(unescaped: expression) AS status FROM (VALUES \(unescaped: values)) AS v(pending, attempts, max_attempts)")
             #expect(try rows.map { try $0["status"].string() } == Self.settlements.map(\.3.rawValue))
         }
+    }
+
+    /// A settled event still pending is due again after its backoff, or after the longest wait a delivery asked for.
+    @Test func retryDelay_isTheBackoff_orTheLongestWaitAskedFor() {
+        let backoff = Backoff(base: .seconds(2), cap: .seconds(900))
+        let plain = EventFate.retryDelay(eventId: 7, attempts: 3, floor: .zero, backoff: backoff)
+        #expect(plain >= .seconds(4) && plain <= .seconds(8))
+        #expect(EventFate.retryDelay(eventId: 7, attempts: 3, floor: .seconds(60), backoff: backoff) == .seconds(60))
+        #expect(EventFate.retryDelay(eventId: 7, attempts: 3, floor: .zero, backoff: backoff) == plain)  // no system jitter
     }
 
     @Test func operatorCommands_ageRule() {

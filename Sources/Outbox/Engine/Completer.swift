@@ -6,8 +6,8 @@ import Push
 import Synchronization
 import Timekeeping
 
-/// Writes what the pipeline learned, in bounded batches: delivery outcomes as FCM answers them, and each
-/// event's settlement (DONE / due again / DEAD) the moment its last delivery is answered. An idle writer
+/// Writes what the engine's actions say, in bounded batches, deciding nothing itself: delivery outcomes as FCM answers
+/// them, and each group's end (its events settled, released, or nothing) the moment its last delivery is answered. An idle writer
 /// flushes `completerFlushDelay` after the first item unless a batch's worth is already there or sends are
 /// waiting for the places its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
 /// answered delivery holds its place in `MAX_IN_FLIGHT` until its flush is over, so the buffer never outgrows
@@ -25,14 +25,14 @@ final class Completer: Sendable {
         /// One answered delivery's outcome (the common case, kept free of arrays of its own); a dead token's device and
         /// reason go with it for the disabled-device metric.
         case record(DeliveryResult, EngineStateMachine.Receipt.Key, disabling: (device: String, reason: String)?)
-        /// Anything else: settlements, releases, events finished without sending.
-        case other(OutboxStore.Completion, EngineStateMachine.Receipt)
+        /// A completion of its own: a group's end, a delivery's release, events finished without sending.
+        case completion(OutboxStore.Completion, EngineStateMachine.Receipt)
 
         /// Items it adds to a flush.
         var count: Int {
             switch self {
             case .record: 1
-            case .other(let completion, _): completion.count
+            case .completion(let completion, _): completion.count
             }
         }
     }
@@ -68,8 +68,8 @@ final class Completer: Sendable {
     private let metrics: PipelineMetrics
     private let logger: Logger
     private let stop: StopSignal
-    /// Woken when a write settled events (a claimer may find their retries or the next events due).
-    private let settled: WakeSignal
+    /// The claimers' wake-up, rung when a write finished or rescheduled events (their retries or the next events may be due).
+    private let claimerWake: WakeSignal
     /// Shared with the heartbeat: one of them writes at a time.
     private let turn: WriteTurn
     /// The buffered items, and the writer's continuation while it is parked waiting for the next one.
@@ -81,14 +81,14 @@ final class Completer: Sendable {
     private let starved = Atomic<Bool>(false)
 
     init(store: OutboxStore, configuration: DeliveryEngineConfiguration, metrics: PipelineMetrics, logger: Logger,
-         stop: StopSignal, turn: WriteTurn, settled: WakeSignal = WakeSignal()) {
+         stop: StopSignal, turn: WriteTurn, claimerWake: WakeSignal = WakeSignal()) {
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
         self.stop = stop
         self.turn = turn
-        self.settled = settled
+        self.claimerWake = claimerWake
         eagerCount = Self.eagerCount(for: configuration)
     }
 
@@ -103,7 +103,7 @@ final class Completer: Sendable {
     func setStarved(_ value: Bool) { starved.store(value, ordering: .relaxed) }
 
     /// Buffers the writes among a transition's actions, in their order (the engine loop hands them over in the order
-    /// its machine returned them, so an event's settlement is always buffered after the outcomes of its deliveries).
+    /// its machine returned them, so a group's end is always buffered after the outcomes of its deliveries).
     func accept(_ actions: [EngineStateMachine.Action], starved: Bool? = nil) {
         if let starved { setStarved(starved) }
         var entries: [Entry] = []
@@ -117,9 +117,13 @@ final class Completer: Sendable {
                 entries.append(.record(DeliveryResult(delivery: send.delivery, outcome: outcome),
                                        .init(group: send.group, delivery: send.delivery.id), disabling: disabling))
             case .release(let send):
-                entries.append(.other(OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)]), .init()))
-            case .settle(let id, let group):
-                entries.append(.other(settlement(of: group), .init(groups: [id])))
+                entries.append(.completion(OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)]), .init()))
+            case .end(let id, .settle(let settlements)):
+                entries.append(.completion(OutboxStore.Completion(settlements: settlements), .init(groups: [id])))
+            case .end(let id, .release(let events)):
+                entries.append(.completion(OutboxStore.Completion(releasedEvents: events), .init(groups: [id])))
+            case .end(let id, .nothing):
+                entries.append(.completion(OutboxStore.Completion(), .init(groups: [id])))
             }
         }
         add(entries)
@@ -128,7 +132,7 @@ final class Completer: Sendable {
     /// Events decided without sending (bad input → DEAD, too old → EXPIRED).
     func finish(_ events: [FinishedEvent]) {
         guard !events.isEmpty else { return }
-        add([.other(OutboxStore.Completion(finished: events), .init())])
+        add([.completion(OutboxStore.Completion(finished: events), .init())])
     }
 
     /// No more items will come: `run` writes what is buffered and returns.
@@ -158,24 +162,6 @@ final class Completer: Sendable {
         case .notSent:
             break
         }
-    }
-
-    private func settlement(of group: EngineStateMachine.Group) -> OutboxStore.Completion {
-        if group.lost {
-            // Another instance owns these events now: writing anything would be refused by the lease guard anyway.
-            return OutboxStore.Completion()
-        }
-        if group.unsent || group.abandoned {
-            return OutboxStore.Completion(releasedEvents: group.events.map { ($0.id, $0.lease) })
-        }
-        let settlements = group.events.map { event in
-            EventSettlement(id: event.id, eventKey: group.eventKey, patientId: event.patientId, lease: event.lease,
-                            retryDelay: max(configuration.backoff.delay(afterAttempt: event.attempts,
-                                                                       jitter: Backoff.jitter(seed: UInt64(bitPattern: event.id) &* 31 &+ UInt64(event.attempts))),
-                                           group.retryFloor),
-                            error: group.retryReason, deliveryIds: group.deliveryIds)
-        }
-        return OutboxStore.Completion(settlements: settlements)
     }
 
     private func add(_ entries: [Entry]) {
@@ -219,7 +205,7 @@ final class Completer: Sendable {
                     batch.deliveries.append(result)
                     receipt.deliveries.append(key)
                     if let disabling { reasons[disabling.device] = disabling.reason }
-                case .other(let completion, let written):
+                case .completion(let completion, let written):
                     batch.append(completion)
                     receipt.append(written)
                 }
@@ -310,6 +296,6 @@ final class Completer: Sendable {
             metrics.eventFinished(status)
             if status == .dead { logger.warning("outbox event is DEAD", metadata: ["outbox.id": "\(id)"]) }
         }
-        if !summary.eventStatuses.isEmpty { settled.wake() }
+        if !summary.eventStatuses.isEmpty { claimerWake.wake() }
     }
 }

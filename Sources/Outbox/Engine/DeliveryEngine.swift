@@ -70,7 +70,7 @@ public final class DeliveryEngine: Service {
     /// outcomes, SPEC §3), the slots are the sends on the wire, and claims stop at the slots × `highWaterFactor`.
     static func machine(for configuration: DeliveryEngineConfiguration) -> EngineStateMachine {
         EngineStateMachine(slots: configuration.sendingSlots, highWater: configuration.sendingSlots * configuration.highWaterFactor,
-                           capacity: configuration.maxInFlight)
+                           capacity: configuration.maxInFlight, backoff: configuration.backoff)
     }
 
     /// Runs until `stop` is requested; then sends nothing new, awaits the sends in flight (until the
@@ -90,7 +90,7 @@ public final class DeliveryEngine: Service {
     func runStages(stop: StopSignal, rest: @escaping ClaimLoop.Rest) async -> Int {
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
-                               settled: wake)
+                               claimerWake: wake)
         let machine = Self.machine(for: configuration)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, onProgress: onProgress)

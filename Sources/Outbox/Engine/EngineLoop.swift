@@ -6,7 +6,7 @@ import Synchronization
 
 /// The engine's one event loop (STYLE "State machines and their owner"): the only owner of `EngineStateMachine`, an
 /// actor on a serial queue of its own. Stages send it events — claimed, answered, written, leases renewed or lost,
-/// stop — and it carries out the actions the machine returns: sends start, outcomes and settlements go to the
+/// stop — and it carries out the actions the machine returns: sends start, outcomes and group ends go to the
 /// writer, waiting claimers wake. No lock guards the machine (one owner), nothing re-enters it (an action runs after
 /// the transition that returned it; an answer that arrives while a send is being started waits in the mailbox).
 ///
@@ -45,8 +45,8 @@ actor EngineLoop {
     /// Claimers waiting for room, each with the room it waits for.
     private var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
     /// A stop waiting for the sends in flight to be answered, by id (its deadline may take it back first).
-    private var quietWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
-    private var nextQuietWaiter: UInt64 = 0
+    private var noSendsWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var nextNoSendsWaiter: UInt64 = 0
     /// The stop deadline passed and in-flight sends were cancelled: their answers are abandoned, not written.
     private var abandoning = false
 
@@ -76,7 +76,7 @@ actor EngineLoop {
             actions += machine.enqueue(group.sends.map { PendingSend(group: id, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
         }
         perform(actions)
-        pump()
+        startQueuedSends()
     }
 
     /// FCM answered a send (any thread, possibly before `sender.start` returned): into the mailbox.
@@ -93,7 +93,7 @@ actor EngineLoop {
     /// A write is over: its deliveries free their slots, so more sends may start.
     func written(_ receipt: EngineStateMachine.Receipt) {
         machine.written(receipt)
-        pump()
+        startQueuedSends()
     }
 
     /// The leases the heartbeat must extend: every held event and every delivery not yet written.
@@ -107,14 +107,14 @@ actor EngineLoop {
         machine.renewed(events: kept, deadline: deadline)
         guard !lostEvents.isEmpty || !lostDeliveries.isEmpty else { return 0 }
         let lost = machine.markLost(events: lostEvents, deliveries: lostDeliveries)
-        pump()
+        startQueuedSends()
         return lost
     }
 
     /// Stop: nothing new starts; queued sends are released (their groups end once nothing of them is in flight).
     func stop() {
         if !machine.stopped { perform(machine.stop()) }
-        settle()
+        afterTransition()
     }
 
     /// The stop deadline passed: sends still in flight are cancelled and their outcome treated as unknown.
@@ -126,7 +126,7 @@ actor EngineLoop {
     /// The abandoned sends' grace is over: every group not yet ended ends as abandoned.
     func abandonRemaining() {
         perform(machine.abandonRemaining())
-        settle()
+        afterTransition()
     }
 
     // MARK: Waits
@@ -141,17 +141,17 @@ actor EngineLoop {
     /// Returns once no send is in flight, or at `deadline`, whichever comes first.
     func waitUntilNoSends(deadline: ContinuousClock.Instant) async {
         guard machine.sending > 0 else { return }
-        nextQuietWaiter &+= 1
-        let id = nextQuietWaiter
+        nextNoSendsWaiter &+= 1
+        let id = nextNoSendsWaiter
         let timer = Task {
             try? await Task.sleep(until: deadline)
-            self.quietDeadline(id)
+            self.noSendsDeadline(id)
         }
-        await withCheckedContinuation { quietWaiters[id] = $0 }
+        await withCheckedContinuation { noSendsWaiters[id] = $0 }
         timer.cancel()
     }
 
-    private func quietDeadline(_ id: UInt64) { quietWaiters.removeValue(forKey: id)?.resume() }
+    private func noSendsDeadline(_ id: UInt64) { noSendsWaiters.removeValue(forKey: id)?.resume() }
 
     /// The claimers' view: the high-water mark, the load, the sends on the wire.
     var highWater: Int { machine.highWater }
@@ -175,15 +175,15 @@ actor EngineLoop {
             }
             perform(actions)
             onProgress()
-            pump()
+            startQueuedSends()
         }
     }
 
     /// Starts queued sends while slots are free (and, once a stop is requested, releases the queue instead).
-    private func pump() {
+    private func startQueuedSends() {
         if stopSignal.isRequested && !machine.stopped { perform(machine.stop()) }
         perform(machine.next(now: .now, margin: margin))
-        settle()
+        afterTransition()
     }
 
     /// Hands the writes to the writer in the machine's order, then starts the sends.
@@ -197,7 +197,7 @@ actor EngineLoop {
 
     /// After a transition: wakes whoever it made ready, tells the writer whether sends wait for its slots, publishes
     /// the unwritten count.
-    private func settle() {
+    private func afterTransition() {
         writer.setStarved(machine.isStarved)
         unwrittenGauge?.set(Double(machine.unwritten))
         if !roomWaiters.isEmpty {
@@ -210,9 +210,9 @@ actor EngineLoop {
             }
             for waiter in ready { waiter.resume() }
         }
-        if machine.sending == 0, !quietWaiters.isEmpty {
-            let ready = quietWaiters.values
-            quietWaiters.removeAll()
+        if machine.sending == 0, !noSendsWaiters.isEmpty {
+            let ready = noSendsWaiters.values
+            noSendsWaiters.removeAll()
             for waiter in ready { waiter.resume() }
         }
     }

@@ -1,4 +1,5 @@
 import Push
+import Timekeeping
 
 /// The delivery engine's bookkeeping as one value: which events this instance holds, and where each
 /// of their deliveries is (queued → sending → answered-unwritten → written). Its methods change the
@@ -35,21 +36,46 @@ struct EngineStateMachine: Sendable {
         /// settlement asks the table for.
         var deliveryIds: [String] = []
         /// Deliveries queued or sending.
-        var open: Int
-        /// A delivery was never sent (stop): the events are released, not settled.
-        var unsent = false
-        /// A send was abandoned at the stop deadline: its outcome is unknown, its lease is kept.
-        var abandoned = false
-        /// The heartbeat found the event's lease taken over: nothing more is sent or written for it.
-        var lost = false
+        var unanswered: Int
+        var phase: GroupPhase = .settling
         /// Longest wait any delivery asked for (Retry-After, QUOTA floor), and why.
         var retryFloor: Duration = .zero
         var retryReason: String?
-        /// Its end (settle / release) was handed to the writer; it leaves when that is written.
-        var ending = false
         /// When its events' leases lapse by this process's monotonic clock: the claim's or the last confirmed
         /// renewal's start + `LEASE_SECONDS`. No send starts that could still be in flight then.
         var leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)
+
+        /// A delivery will not be answered (never sent, or abandoned): the events cannot be settled, only released.
+        mutating func releaseAtEnd() {
+            if phase == .settling { phase = .releasing }
+        }
+    }
+
+    /// Where a group is, named by what its end will write.
+    enum GroupPhase: Sendable, Equatable {
+        /// Every delivery so far is queued, sending or answered: its end settles the events.
+        case settling
+        /// A delivery was never sent (stop), or abandoned at the stop deadline (its outcome unknown, its lease kept):
+        /// its end releases the events.
+        case releasing
+        /// The event's lease was taken over or lapsed: nothing more is sent, its end writes nothing, its leases are not renewed.
+        case lost
+        /// Its end was handed to the writer; it leaves when that is written. `lost`: its lease was found taken over since.
+        case ending(lost: Bool)
+
+        /// Its leases are another instance's now.
+        var isLost: Bool { self == .lost || self == .ending(lost: true) }
+    }
+
+    /// What a group's end writes: decided here (through `EventFate`), written as it is by the completer.
+    enum GroupEnd: Sendable {
+        /// Every delivery answered: each event DONE, due again after its delay, or DEAD after its last attempt, as the
+        /// table's evidence says (`EventFate.settled`, applied by the completion statement).
+        case settle([EventSettlement])
+        /// Something was never sent or abandoned: the events are given back, due again at once, the attempt uncounted.
+        case release([(id: Int64, lease: LeaseToken)])
+        /// The lease was lost: another instance owns the events, and the lease guard would refuse any write.
+        case nothing
     }
 
     /// What the engine must do next.
@@ -60,9 +86,8 @@ struct EngineStateMachine: Sendable {
         case record(PendingSend, SendOutcome)
         /// Give this never-sent delivery's lease back (stop).
         case release(PendingSend)
-        /// Write the end of this group: settle its events (every delivery answered), release them
-        /// (something unsent or abandoned), or nothing (lost).
-        case settle(EventGroupID, Group)
+        /// Write the end of this group (it leaves once that is written).
+        case end(EventGroupID, GroupEnd)
     }
 
     /// What one write confirmed (or gave up on): the deliveries and group ends it carried.
@@ -88,6 +113,8 @@ struct EngineStateMachine: Sendable {
     let capacity: Int
     /// Claims are made only while queued + sending + unwritten stays at or below this.
     let highWater: Int
+    /// Prices an event's next attempt when its deliveries are still pending.
+    let backoff: Backoff
 
     private(set) var groups: [EventGroupID: Group] = [:]
     private var queue: [PendingSend] = []
@@ -99,10 +126,11 @@ struct EngineStateMachine: Sendable {
     private(set) var stopped = false
     private var nextGroup = 0
 
-    init(slots: Int, highWater: Int, capacity: Int? = nil) {
+    init(slots: Int, highWater: Int, capacity: Int? = nil, backoff: Backoff = Backoff()) {
         self.slots = max(1, slots)
         self.capacity = max(self.slots, capacity ?? slots)
         self.highWater = max(self.capacity, highWater)
+        self.backoff = backoff
     }
 
     /// Deliveries queued and not yet started.
@@ -119,7 +147,7 @@ struct EngineStateMachine: Sendable {
 
     // MARK: Claim
 
-    /// Starts holding a claimed group. Without deliveries it ends at once (the `.settle` action).
+    /// Starts holding a claimed group. Without deliveries it ends at once (the `.end` action).
     mutating func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery],
                        leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (EventGroupID, [Action]) {
         let id = EventGroupID(raw: nextGroup)
@@ -127,14 +155,10 @@ struct EngineStateMachine: Sendable {
         var entries: [String: Delivery] = [:]
         entries.reserveCapacity(deliveries.count)
         for delivery in deliveries { entries[delivery.id] = Delivery(lease: delivery.lease, phase: .queued) }
-        var group = Group(events: events, eventKey: eventKey, deliveries: entries, deliveryIds: deliveries.map(\.id), open: entries.count)
+        var group = Group(events: events, eventKey: eventKey, deliveries: entries, deliveryIds: deliveries.map(\.id), unanswered: entries.count)
         group.leaseDeadline = leaseDeadline
         var actions: [Action] = []
-        if group.open == 0 {
-            group.ending = true
-            actions.append(.settle(id, group))
-        }
-        groups[id] = group
+        end(id, group, into: &actions)
         return (id, actions)
     }
 
@@ -160,15 +184,15 @@ struct EngineStateMachine: Sendable {
                 groups[send.group] = group
                 continue
             }
-            if !group.lost, now + margin >= group.leaseDeadline {
+            if !group.phase.isLost, now + margin >= group.leaseDeadline {
                 // Not renewed in time (the database unreachable): the lease lapses, and the work with it.
-                group.lost = true
+                group.phase = .lost
             }
-            if group.lost || group.deliveries.values[index].lost {
+            if group.phase.isLost || group.deliveries.values[index].lost {
                 // Another instance owns it now: nothing is sent, nothing written for the delivery.
                 group.deliveries.remove(at: index)
-                group.open -= 1
-                group.unsent = true
+                group.unanswered -= 1
+                group.releaseAtEnd()
                 end(send.group, group, into: &actions)
                 continue
             }
@@ -190,15 +214,15 @@ struct EngineStateMachine: Sendable {
             return []
         }
         sending -= 1
-        group.open -= 1
+        group.unanswered -= 1
         var actions: [Action] = []
         switch outcome {
         case .retry where abandoning:
             group.deliveries.remove(at: index)
-            group.abandoned = true
+            group.releaseAtEnd()
         case .notSent:
             group.deliveries.remove(at: index)
-            group.unsent = true
+            group.releaseAtEnd()
             actions.append(.release(send))
         case .retry(let reason, let after, let minimum):
             let floor = max(after ?? .zero, minimum ?? .zero)
@@ -244,7 +268,7 @@ struct EngineStateMachine: Sendable {
     func heldLeases() -> (events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) {
         var events: [(id: Int64, lease: LeaseToken)] = []
         var deliveries: [(id: String, lease: LeaseToken)] = []
-        for group in groups.values where !group.lost {
+        for group in groups.values where !group.phase.isLost {
             for event in group.events { events.append((event.id, event.lease)) }
             for (id, delivery) in group.deliveries where !delivery.lost { deliveries.append((id, delivery.lease)) }
         }
@@ -257,7 +281,7 @@ struct EngineStateMachine: Sendable {
         guard !kept.isEmpty else { return }
         for id in Array(groups.keys) {
             guard var group = groups.removeValue(forKey: id) else { continue }
-            if !group.lost, group.events.contains(where: { kept.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
+            if !group.phase.isLost, group.events.contains(where: { kept.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
                 group.leaseDeadline = max(group.leaseDeadline, deadline)
             }
             groups[id] = group
@@ -277,8 +301,8 @@ struct EngineStateMachine: Sendable {
         var count = 0
         for id in Array(groups.keys) {
             guard var group = groups.removeValue(forKey: id) else { continue }
-            if !group.lost, group.events.contains(where: { lostEvents.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
-                group.lost = true
+            if !group.phase.isLost, group.events.contains(where: { lostEvents.contains(Held(id: "\($0.id)", lease: $0.lease)) }) {
+                group.phase = group.phase == .ending(lost: false) ? .ending(lost: true) : .lost
                 count += 1
             }
             if !lostDeliveries.isEmpty {
@@ -308,7 +332,7 @@ struct EngineStateMachine: Sendable {
         var actions: [Action] = []
         for id in groups.keys.sorted(by: { $0.raw < $1.raw }) {
             guard var group = groups.removeValue(forKey: id) else { continue }
-            guard !group.ending else {
+            if case .ending = group.phase {
                 groups[id] = group
                 continue
             }
@@ -316,8 +340,8 @@ struct EngineStateMachine: Sendable {
                 if delivery.phase == .sending { sending -= 1 }
                 group.deliveries.removeValue(forKey: key)
             }
-            group.open = 0
-            group.abandoned = true
+            group.unanswered = 0
+            group.releaseAtEnd()
             end(id, group, into: &actions)
         }
         return actions
@@ -333,8 +357,8 @@ struct EngineStateMachine: Sendable {
             return []
         }
         group.deliveries.removeValue(forKey: send.delivery.id)
-        group.open -= 1
-        group.unsent = true
+        group.unanswered -= 1
+        group.releaseAtEnd()
         var actions: [Action] = [.release(send)]
         end(send.group, group, into: &actions)
         return actions
@@ -343,13 +367,22 @@ struct EngineStateMachine: Sendable {
     /// Stores the group; hands its end to the writer once nothing of it is queued or sending.
     private mutating func end(_ id: EventGroupID, _ group: Group, into actions: inout [Action]) {
         var group = group
-        guard group.open == 0, !group.ending else {
-            groups[id] = group
-            return
+        defer { groups[id] = group }
+        guard group.unanswered == 0 else { return }
+        let end: GroupEnd
+        switch group.phase {
+        case .ending: return
+        case .lost: end = .nothing
+        case .releasing: end = .release(group.events.map { ($0.id, $0.lease) })
+        case .settling:
+            end = .settle(group.events.map { event in
+                EventSettlement(id: event.id, eventKey: group.eventKey, patientId: event.patientId, lease: event.lease,
+                                retryDelay: EventFate.retryDelay(eventId: event.id, attempts: event.attempts, floor: group.retryFloor, backoff: backoff),
+                                error: group.retryReason, deliveryIds: group.deliveryIds)
+            })
         }
-        group.ending = true
-        actions.append(.settle(id, group))
-        groups[id] = group
+        group.phase = .ending(lost: group.phase.isLost)
+        actions.append(.end(id, end))
     }
 
     private mutating func popFirst() -> PendingSend? {

@@ -47,9 +47,12 @@ public struct ClaimedDelivery: Sendable {
     public var lease: LeaseToken
 }
 
-/// An outbox event's `status` (SPEC §2.2); the raw values are the column's.
+/// An outbox event's `status` (SPEC §2.2), the one type of the column: the raw values are its strings, a contract with
+/// the web API (docs/database.md).
 public enum OutboxStatus: String, Sendable, CaseIterable {
+    /// Due (again) at `"availableAt"`, or leased.
     case pending = "PENDING"
+    /// No delivery of its key is PENDING.
     case done = "DONE"
     /// Bad input or attempts exhausted: kept for inspection, redrivable.
     case dead = "DEAD"
@@ -74,21 +77,12 @@ enum DeliveryOutcomeKind: String {
     case disable = "DISABLE"
 }
 
-/// The final state of an event decided without sending.
-public enum FinalStatus: String, Sendable {
-    /// Bad input: kept for inspection, redrivable.
-    case dead = "DEAD"
-    /// Older than EVENT_MAX_AGE when claimed.
-    case expired = "EXPIRED"
-
-    public var status: OutboxStatus { self == .dead ? .dead : .expired }
-}
-
 /// An event finished without sending (bad input, too old).
 public struct FinishedEvent: Sendable {
     public var id: Int64
     public var lease: LeaseToken
-    public var status: FinalStatus
+    /// `.dead` (bad input) or `.expired` (too old).
+    public var status: OutboxStatus
     /// Written to `"lastError"`: names what was wrong.
     public var reason: String
 }
