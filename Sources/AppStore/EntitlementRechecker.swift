@@ -82,7 +82,7 @@ public final class EntitlementRechecker: Service {
     var backoffCap: Duration { context.configuration.failureBackoffCap ?? context.configuration.recheckInterval }
 
     /// One pass: every due row, environment by environment in parallel, until none is due or the task is cancelled
-    /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the lock.
+    /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the `entitlements` lease.
     public func runOnce() async throws -> PassSummary {
         try await context.store.withSingletonLease("entitlements") { try await self.pass() } ?? PassSummary()
     }

@@ -3,7 +3,7 @@ import Postgres
 import Timekeeping
 
 /// The rechecker's SQL: per-row schedule (`"nextCheckAt"`, `"checkFailures"`, `"lastCheckError"`, migration 4),
-/// outcomes, the notification history checkpoint, and the singleton lock.
+/// outcomes, the notification history checkpoint, and the singleton leases.
 struct EntitlementStore: Sendable {
     /// A row taken by a claim; `previousDue` is its `"nextCheckAt"` before the claim (nil: never scheduled).
     struct Claimed: Sendable {

@@ -145,7 +145,7 @@ final class Completer: Sendable {
     /// The writer is idle, parked until the next item.
     var isParked: Bool { state.withLock { $0.waiter != nil } }
 
-    /// Logs and counts an answer (outside the engine's lock).
+    /// Logs and counts an answer (the engine loop calls it as each answer arrives).
     func report(_ send: PendingSend, _ outcome: SendOutcome) {
         switch outcome {
         case .sent:
