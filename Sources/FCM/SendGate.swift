@@ -115,12 +115,12 @@ final class SendGate: Sendable {
     /// Pauses begun so far (compare two readings to learn whether a pause came between them).
     var pausesBegun: Int { pauses.load(ordering: .relaxed) }
 
-    /// Answers every held send without transmitting it (stop).
     /// The send with `ticket` ended without an answer (cancelled, the client shut down): a probe is replaced.
     func abandoned(ticket: UInt64) {
         execute(machine.withLock { $0.abandoned(ticket: ticket, now: .now) })
     }
 
+    /// Answers every held send without transmitting it (stop).
     func dropHeld() {
         execute(machine.withLock { $0.stop() })
     }

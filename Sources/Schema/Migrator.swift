@@ -162,11 +162,10 @@ public struct Migrator: Sendable {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS` can still fail when two sessions create the same table at the
-    /// same moment; the loser's error is harmless once the table exists.
-    /// Runs a `CREATE … IF NOT EXISTS` that a concurrent `migrate` may win: its losing side fails with a unique
-    /// violation on the catalog (23505), "relation already exists" (42P07) or, for a table's row type created a
-    /// moment earlier, "type already exists" (42710); all three mean the object is there.
+    /// Runs a `CREATE … IF NOT EXISTS` that a concurrent `migrate` may win (`IF NOT EXISTS` does not stop two sessions
+    /// creating the same object at once): the losing side fails with a unique violation on the catalog (23505),
+    /// "relation already exists" (42P07) or, for a table's row type created a moment earlier, "type already exists"
+    /// (42710); all three mean the object is there.
     private static func createIfMissing(_ connection: PostgresConnection, _ sql: String) throws {
         let outcome = Result { () throws(PostgresError) in try connection.query(sql) }
         if case .failure(let error) = outcome, !["23505", "42P07", "42710"].contains(error.sqlState ?? "") { throw error }
