@@ -7,7 +7,7 @@ import Postgres
 import Synchronization
 import Timekeeping
 
-/// Re-evaluates entitlements against the App Store Server API (SPEC §4). Each row carries its own schedule in the
+/// Re-evaluates entitlements against the App Store Server API. Each row carries its own schedule in the
 /// database; a pass takes the rows due soonest, per environment, and keeps going while rows are due, at the
 /// environment's rate with lookups overlapping. Failures back off per row; a 429 pauses the environment. Revokes only
 /// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.

@@ -2,7 +2,7 @@ import FoundationEssentials
 import Postgres
 import Timekeeping
 
-/// Who receives a push, as SQL the fan-out and the operator commands share (SPEC §3).
+/// Who receives a push, as SQL the fan-out and the operator commands share (docs/operations.md, "Who gets the push").
 package enum Recipients {
     /// Whether device row `d` speaks for its token ("A token is one phone"): no other row of the token, enabled or not,
     /// was seen more recently (ties go to the greater id). One probe of `"PushDevice_token_lastSeenAt_idx"`.

@@ -86,7 +86,7 @@ public struct Migrator: Sendable {
         guard missing.isEmpty else {
             throw PostgresError(.queryFailed, message: "the web API's tables are missing: "
                 + missing.map { "\"\($0)\"" }.joined(separator: ", ")
-                + " (run the API's Prisma migrations first; SPEC §2.1)")
+                + " (run the API's Prisma migrations first; docs/database.md)")
         }
         try Self.createIfMissing(connection, Self.createBookkeepingSQL)
         try Self.createIfMissing(connection, SingletonLease.createTableSQL)
@@ -186,7 +186,7 @@ public struct Migrator: Sendable {
         return try connection.query(currentVersionQuery).first?["v"].optionalInt()
     }
 
-    /// API tables of SPEC §2.1 that do not exist in the connection's search path.
+    /// API tables (`Migrations.requiredAPITables`) that do not exist in the connection's search path.
     public static func missingAPITables(_ connection: PostgresConnection) throws -> [String] {
         try Migrations.requiredAPITables.filter { table in
             let rows = try connection.query(existsQuery(relation: "\"\(table)\""))
