@@ -148,7 +148,7 @@ final class SharedFlag: Sendable {
     func set(_ new: Bool) -> Bool { value.withLock { old in defer { old = new }; return old } }
 }
 
-/// This instance's share of `FCM_MAX_SENDS_PER_SECOND` (SPEC §3 "FCM's project quota"): the budget split evenly among
+/// This instance's share of `FCM_MAX_SENDS_PER_SECOND`: the budget split evenly among
 /// the live instances, handed to the sender at every heartbeat; logged when it changes.
 struct SendBudgetShare: Sendable {
     let budget: Int
@@ -187,7 +187,7 @@ final class SharedCount: Sendable {
     func withLock<T>(_ body: (inout Int) -> T) -> T { value.withLock { body(&$0) } }
 }
 
-/// Keeps this process's row in the live-instances table (SPEC §2.2): `status` lists it, and the FCM budget is shared
+/// Keeps this process's row in the live-instances table: `status` lists it, and the FCM budget is shared
 /// among the rows. A clean stop deletes the row so the others take its share at once.
 struct InstanceHeartbeat: PeriodicJob {
     let instances: LiveInstances

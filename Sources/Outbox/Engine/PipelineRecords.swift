@@ -47,7 +47,7 @@ public struct ClaimedDelivery: Sendable {
     public var lease: LeaseToken
 }
 
-/// An outbox event's `status` (SPEC §2.2); the raw values are the column's.
+/// An outbox event's `status`; the raw values are the column's.
 public enum OutboxStatus: String, Sendable, CaseIterable {
     case pending = "PENDING"
     case done = "DONE"
