@@ -103,7 +103,7 @@ public final class FCMSender: PushSender {
     public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         let submitted = ContinuousClock.now
         let pausesBefore = gate.pausesBegun
-        gate.submit(SendGate.Held(
+        gate.submit(SendGate.Send(
             run: { [self] ticket in
                 if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxHeldThroughPause {
                     gate.abandoned(ticket: ticket)
