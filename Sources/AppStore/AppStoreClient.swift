@@ -53,7 +53,7 @@ public struct AppStoreConfiguration: Sendable {
         self.http = http
     }
 
-    /// Sets the production rate and sandbox at a tenth of it (SPEC §4).
+    /// Sets the production rate and sandbox at a tenth of it (docs/operations.md, "Entitlements (App Store)").
     public mutating func setRequestsPerSecond(_ rate: Double) {
         productionRate = rate
         sandboxRate = rate / 10

@@ -35,7 +35,7 @@ public final class EntitlementContext: Sendable {
         self.http = http
         client = AppStoreClient(configuration: configuration, http: http, now: now)
         verifier = SignedTransactionVerifier(roots: configuration.roots)
-        store = EntitlementStore(database: database, lockConnection: leaseConnection)
+        store = EntitlementStore(database: database, leaseConnection: leaseConnection)
         pacers = Dictionary(uniqueKeysWithValues: EntitlementRechecker.environments.map { ($0, RatePacer(rate: configuration.rate($0))) })
         let readiness = AppStoreReadiness(report: onKeyStatus)
         keyFaults = KeyFaults(first: configuration.keyRefusedBackoff, logger: logger, onStatus: { readiness.key($0) })

@@ -7,7 +7,7 @@ import Postgres
 import Synchronization
 import Timekeeping
 
-/// Re-evaluates entitlements against the App Store Server API (SPEC §4). Each row carries its own schedule in the
+/// Re-evaluates entitlements against the App Store Server API. Each row carries its own schedule in the
 /// database; a pass takes the rows due soonest, per environment, and keeps going while rows are due, at the
 /// environment's rate with lookups overlapping. Failures back off per row; a 429 pauses the environment. Revokes only
 /// on verified evidence and restores this worker's own revocations when Apple reverses them. One instance at a time.
@@ -82,7 +82,7 @@ public final class EntitlementRechecker: Service {
     var backoffCap: Duration { context.configuration.failureBackoffCap ?? context.configuration.recheckInterval }
 
     /// One pass: every due row, environment by environment in parallel, until none is due or the task is cancelled
-    /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the lock.
+    /// (claimed rows not yet looked up are given back). Does nothing when another instance holds the `entitlements` lease.
     public func runOnce() async throws -> PassSummary {
         try await context.store.withSingletonLease("entitlements") { try await self.pass() } ?? PassSummary()
     }

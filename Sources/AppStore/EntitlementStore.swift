@@ -3,7 +3,7 @@ import Postgres
 import Timekeeping
 
 /// The rechecker's SQL: per-row schedule (`"nextCheckAt"`, `"checkFailures"`, `"lastCheckError"`, migration 4),
-/// outcomes, the notification history checkpoint, and the singleton lock.
+/// outcomes, the notification history checkpoint, and the singleton leases.
 struct EntitlementStore: Sendable {
     /// A row taken by a claim; `previousDue` is its `"nextCheckAt"` before the claim (nil: never scheduled).
     struct Claimed: Sendable {
@@ -42,7 +42,7 @@ struct EntitlementStore: Sendable {
     }
 
     let database: PostgresClient
-    let lockConnection: PostgresClient
+    let leaseConnection: PostgresClient
 
     /// Takes up to `limit` due rows of one environment, soonest due first, and moves them `lease` ahead so no
     /// other claim takes them while they are looked up.
@@ -244,6 +244,6 @@ struct EntitlementStore: Sendable {
     /// connection so a busy pass never delays a renewal); nil when another instance holds it.
     func withSingletonLease<T: Sendable>(_ name: String, duration: Duration = .seconds(60),
                                          _ body: @escaping @Sendable () async throws -> T) async throws -> T? {
-        try await SingletonLease(name: name, duration: duration).whileHeld(on: lockConnection, body)
+        try await SingletonLease(name: name, duration: duration).whileHeld(on: leaseConnection, body)
     }
 }

@@ -3,9 +3,9 @@ import Logging
 import Synchronization
 import Timekeeping
 
-/// Whether Apple accepts our App Store Server API key, per environment (SPEC §5 "App Store faults of the project"):
-/// a 401 (a revoked key, a wrong issuer or bundle id) is the project's fault, not a row's. The environment pauses
-/// with a backoff that starts short (15 s, doubling to 5 minutes), so checks resume soon after the key is fixed;
+/// Whether Apple accepts our App Store Server API key, per environment (docs/operations.md, "Entitlements (App
+/// Store)"): a 401 (a revoked key, a wrong issuer or bundle id) is the project's fault, not a row's. The environment
+/// pauses with a backoff that starts short (15 s, doubling to 5 minutes), so checks resume soon after the key is fixed;
 /// the fault is logged at error once per episode and its end at notice; `onStatus` tells readiness.
 final class KeyFaults: Sendable {
     /// The longest pause.

@@ -45,7 +45,7 @@ public final class NotificationHistoryPoller: PeriodicJob {
         if increment { counter.increment() }
     }
 
-    /// Polls every environment and type once; nothing when another instance holds the poller's lock.
+    /// Polls every environment and type once; nothing when another instance holds the poller's lease.
     public func pollOnce() async throws -> PollSummary {
         try await context.store.withSingletonLease("appstore-notifications") {
             var summary = PollSummary()

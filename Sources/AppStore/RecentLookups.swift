@@ -2,7 +2,7 @@ import Synchronization
 
 /// The outcomes of the most recent App Store lookups, for `/readyz` `app_store`. A sweep whose lookups all fail (a
 /// wrong root certificate: every one `untrusted_chain`; a wrong bundle id: every one `not_found`) is an outage of the
-/// re-checks, not a series of bad rows: refunds stop being applied (SPEC §4).
+/// re-checks, not a series of bad rows: refunds stop being applied.
 final class RecentLookups: Sendable {
     /// How many of the latest lookups are judged.
     static let window = 20

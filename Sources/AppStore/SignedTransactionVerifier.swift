@@ -90,11 +90,11 @@ public struct SignedTransactionVerifier: Sendable {
                                    revocationReason: payload["revocationReason"]?.intValue, signedDate: signedDate)
     }
 
-    /// Checks a compact JWS Apple signed (ES256, x5c chain of three to a configured root with Apple's OIDs, valid
-    /// at the payload's `signedDate`, signature by the leaf) and returns its payload; used for transactions and notifications.
     /// The `signedDate`s (UNIX milliseconds) a payload may carry: 1970 to the end of year 9999.
     static let signedDateRange: ClosedRange<Double> = 0...253_402_300_799_999
 
+    /// Checks a compact JWS Apple signed (ES256, x5c chain of three to a configured root with Apple's OIDs, valid
+    /// at the payload's `signedDate`, signature by the leaf) and returns its payload; used for transactions and notifications.
     func verifiedPayload(_ jws: String) throws(Refusal) -> (payload: JSONValue, signedDate: Date) {
         let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let payloadData = Base64URL.decode(parts[1]),

@@ -20,7 +20,7 @@ public actor AccessTokenProvider {
 
     /// The margins for a token that lives `lifetime` seconds: Google's hour-long tokens get the full margins; a
     /// short-lived one (a proxy, an emulator, a workload-identity broker) is refreshed halfway through its life
-    /// and used until its last quarter, never "due for refresh" from the moment it arrives (SPEC §3).
+    /// and used until its last quarter, never "due for refresh" from the moment it arrives.
     public static func margins(lifetime: TimeInterval) -> (refresh: TimeInterval, expiry: TimeInterval) {
         (min(refreshMargin, lifetime / 2), min(expiryMargin, lifetime / 4))
     }

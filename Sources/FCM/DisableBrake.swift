@@ -1,10 +1,10 @@
-/// Tells a dead token from a fault of the project (SPEC §3 "The same holds for every answer that would disable a
-/// device"). FCM answers UNREGISTERED, a plain 404 NOT_FOUND, an invalid token or SENDER_ID_MISMATCH both for one stale
-/// token and for every token when the project, the URL or something on the way is wrong (a deleted or mistyped project,
-/// a path rewritten by a proxy, a service account of another project); only the other devices' answers tell the two
-/// apart. The brake keeps the last `windowSize` answers from distinct devices (a device answering again replaces its
-/// entry) and judges each disabling answer, in any mix, against them. A value: its owner serialises access and carries
-/// out the verdict.
+/// Tells a dead token from a fault of the project (docs/operations.md, "The disable brake: a dead token, or a fault of
+/// the project"). FCM answers UNREGISTERED, a plain 404 NOT_FOUND, an invalid token or SENDER_ID_MISMATCH both for one
+/// stale token and for every token when the project, the URL or something on the way is wrong (a deleted or mistyped
+/// project, a path rewritten by a proxy, a service account of another project); only the other devices' answers tell
+/// the two apart. The brake keeps the last `windowSize` answers from distinct devices (a device answering again
+/// replaces its entry) and judges each disabling answer, in any mix, against them. A value: its owner serialises access
+/// and carries out the verdict.
 package struct DisableBrake: Sendable {
     /// An answer that would disable its device; the raw value names it in `/readyz`, the log and the metrics.
     package enum Answer: String, Sendable, Equatable, CaseIterable {

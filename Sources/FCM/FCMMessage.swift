@@ -2,7 +2,7 @@ import Crypto
 import FoundationEssentials
 import Push
 
-/// Builds the FCM HTTP v1 request body of SPEC §3 for one DOSE_TAKEN push.
+/// Builds the FCM HTTP v1 request body for one DOSE_TAKEN push (docs/operations.md, "The push as the phone sees it").
 public enum FCMMessage {
     public static let title = "服薬記録"
 

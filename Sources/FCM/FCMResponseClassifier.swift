@@ -4,10 +4,10 @@ import Push
 import TextSupport
 import Timekeeping
 
-/// Maps an FCM HTTP v1 response to an outcome, per SPEC §3's error table.
+/// Maps an FCM HTTP v1 response to an outcome, per docs/operations.md, "When FCM fails".
 public enum FCMResponseClassifier {
     /// A classified response. `unauthenticated` asks the sender to refresh its token and retry once;
-    /// `projectFault` is a fault of the project or the path to FCM, not of the device (SPEC §3): nothing
+    /// `projectFault` is a fault of the project or the path to FCM, not of the device: nothing
     /// is disabled or failed, the send is retried and the sender pauses as a whole.
     public enum Result: Sendable, Equatable {
         case outcome(SendOutcome)
@@ -80,7 +80,7 @@ public enum FCMResponseClassifier {
         }
     }
 
-    /// Classifies one response per SPEC §3's table; `now` resolves an HTTP-date Retry-After.
+    /// Classifies one response; `now` resolves an HTTP-date Retry-After.
     /// A device is disabled only on evidence against its token, never on a fault of the project,
     /// the network or a proxy.
     public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {

@@ -15,11 +15,11 @@ public struct FCMConfiguration: Sendable {
     /// This instance's sends per second at start (its share of `FCM_MAX_SENDS_PER_SECOND`; nil: no cap); the
     /// live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
     public var maxSendsPerSecond: Double?
-    /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s
-    /// (SPEC §3). Shorter only in tests.
+    /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s.
+    /// Shorter only in tests.
     public var quotaPause: Duration
     /// A send held through a pause for longer than this is given back instead of sent (`.notSent`): its event is
-    /// claimed again and its recipients are decided anew (SPEC §3 "Recipients are decided when the push leaves": a
+    /// claimed again and its recipients are decided anew (docs/operations.md, "Who gets the push": a
     /// link revoked or a phone that changed hands during an outage). Waits for the send rate alone never count.
     public var maxHeldThroughPause: Duration
 
@@ -48,7 +48,7 @@ public final class FCMSender: PushSender {
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
     let gate: SendGate
-    /// Tells a dead token's disabling answer from a fault of the project (SPEC §3).
+    /// Tells a dead token's disabling answer from a fault of the project (docs/operations.md, "The disable brake").
     private let disables: DisableGuard
     /// The service account's project, named in the reasons of a project fault.
     private let projectId: String
@@ -103,7 +103,7 @@ public final class FCMSender: PushSender {
     public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         let submitted = ContinuousClock.now
         let pausesBefore = gate.pausesBegun
-        gate.submit(SendGate.Held(
+        gate.submit(SendGate.Send(
             run: { [self] ticket in
                 if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxHeldThroughPause {
                     gate.abandoned(ticket: ticket)
@@ -118,7 +118,7 @@ public final class FCMSender: PushSender {
     public func cancelWaiting() { gate.dropHeld() }
 
     /// This instance's share of the project's FCM budget, in sends per second (nil: no cap); the cap applies from
-    /// now on (SPEC §3 "FCM's project quota").
+    /// now on (docs/operations.md, "FCM's project quota").
     public func setSendBudget(perSecond: Double?) { gate.setBudget(perSecond) }
 
     /// The sends per second this instance allows itself now (nil: no cap): its budget share, or less after FCM's
@@ -214,7 +214,7 @@ public final class FCMSender: PushSender {
     static let undecidedDisableRetry: Duration = .seconds(2)
 
     /// An answer that would disable the device is evidence against it only when other devices' answers show the project
-    /// is fine (SPEC §3 "The same holds for every answer that would disable a device").
+    /// is fine (docs/operations.md, "The disable brake").
     private func judgeDisable(_ push: DoseTakenPush, reason: String, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
         let answer = Self.disablingAnswer(reason)
         let judgement = disables.disabling(answer, token: push.token)

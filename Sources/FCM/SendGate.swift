@@ -28,14 +28,14 @@ public enum FCMHealth: Sendable, Equatable {
 /// see there), and the one place its actions are carried out, after the lock is released: sends start, timers are
 /// armed on `DispatchQueue`, `onHealth` and `onResume` are told, lines logged, metrics set. Nothing is decided here.
 final class SendGate: Sendable {
-    /// A send held while paused: `run` transmits it (with the ticket its answer must quote), `drop`
-    /// answers it without sending (stop).
-    struct Held: Sendable {
+    /// A send handed to the gate, to leave now, when the pace allows or after a pause: `run` transmits it (with the
+    /// ticket its answer must quote), `drop` answers it without sending (stop).
+    struct Send: Sendable {
         var run: @Sendable (_ ticket: UInt64) -> Void
         var drop: @Sendable () -> Void
     }
 
-    typealias Machine = SendGateStateMachine<Held>
+    typealias Machine = SendGateStateMachine<Send>
 
     private let machine: Mutex<Machine>
     private let logger: Logger
@@ -75,10 +75,10 @@ final class SendGate: Sendable {
         self.machine = Mutex(machine)
     }
 
-    /// Runs `held.run` now, or when a token comes, or holds it until the pause ends.
-    func submit(_ held: Held) {
+    /// Runs `send.run` now, or when a token comes, or holds it until the pause ends.
+    func submit(_ send: Send) {
         let now = ContinuousClock.now
-        execute(machine.withLock { $0.submit(held, now: now) })
+        execute(machine.withLock { $0.submit(send, now: now) })
     }
 
     /// This instance's share of the project's sends per second (nil: none), from the live-instances heartbeat. Sends
@@ -115,12 +115,12 @@ final class SendGate: Sendable {
     /// Pauses begun so far (compare two readings to learn whether a pause came between them).
     var pausesBegun: Int { pauses.load(ordering: .relaxed) }
 
-    /// Answers every held send without transmitting it (stop).
     /// The send with `ticket` ended without an answer (cancelled, the client shut down): a probe is replaced.
     func abandoned(ticket: UInt64) {
         execute(machine.withLock { $0.abandoned(ticket: ticket, now: .now) })
     }
 
+    /// Answers every held send without transmitting it (stop).
     func dropHeld() {
         execute(machine.withLock { $0.stop() })
     }
@@ -129,8 +129,8 @@ final class SendGate: Sendable {
     private func execute(_ actions: [Machine.Action]) {
         for action in actions {
             switch action {
-            case .start(let held, let ticket):
-                held.run(ticket)
+            case .start(let send, let ticket):
+                send.run(ticket)
             case .schedule(let timer, let delay):
                 DispatchQueue.global().asyncAfter(deadline: .now() + delay.asSeconds) { [self] in
                     execute(machine.withLock { machine in
@@ -141,7 +141,7 @@ final class SendGate: Sendable {
                     })
                 }
             case .drop(let sends):
-                for held in sends { held.drop() }
+                for send in sends { send.drop() }
             case .resumed:
                 onResume()
             case .report(let report):

@@ -5,16 +5,16 @@ import Timekeeping
 /// input brings `now`), draws no random number (a fault brings its backoff jitter), holds no lock and arms no timer:
 /// `SendGate` owns it and carries the actions out. `Send` is the owner's opaque send (a test uses a number).
 ///
-/// Pauses (SPEC §3 "Project-wide faults pause the sender"): a project fault pauses at once, overload and connection
-/// failures after `threshold` consecutive faults. A pause lasts `Retry-After` when FCM gave one, else a capped,
-/// jittered backoff (at least `minimumPause` when the fault asks for one: 60 s for the project's QUOTA_EXCEEDED without
-/// Retry-After); then one probe goes out, and its success releases everything held, in order. Sends held meanwhile are
-/// not attempts: they have not left. An answer whose ticket is not the probe's (a send that left before the pause)
-/// changes nothing but the count of consecutive faults.
+/// Pauses (docs/operations.md, "When FCM fails"): a project fault pauses at once, overload and connection failures
+/// after `threshold` consecutive faults. A pause lasts `Retry-After` when FCM gave one, else a capped, jittered backoff
+/// (at least `minimumPause` when the fault asks for one: 60 s for the project's QUOTA_EXCEEDED without Retry-After);
+/// then one probe goes out, and its success releases everything held, in order. Sends held meanwhile are not attempts:
+/// they have not left. An answer whose ticket is not the probe's (a send that left before the pause) changes nothing
+/// but the count of consecutive faults.
 ///
-/// Pacing (SPEC §3 "FCM's project quota"): while open, a `TokenBucket` at the `SendRateLimit`'s cap (the instance's
-/// share of `FCM_MAX_SENDS_PER_SECOND`, lowered after a quota 429 and climbing back); a send without a token waits in
-/// line and a pace timer releases the line as tokens come, a few milliseconds' worth at a time.
+/// Pacing (docs/operations.md, "FCM's project quota"): while open, a `TokenBucket` at the `SendRateLimit`'s cap (the
+/// instance's share of `FCM_MAX_SENDS_PER_SECOND`, lowered after a quota 429 and climbing back); a send without a token
+/// waits in line and a pace timer releases the line as tokens come, a few milliseconds' worth at a time.
 struct SendGateStateMachine<Send> {
     enum Phase: Sendable, Equatable {
         case open

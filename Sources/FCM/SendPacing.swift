@@ -104,10 +104,10 @@ package struct SendRateMeter: Sendable, Equatable {
     }
 }
 
-/// The send-rate cap this instance applies (SPEC §3 "FCM's project quota"): its share of `FCM_MAX_SENDS_PER_SECOND`,
-/// and below it an adaptive cap after FCM answered the project's QUOTA_EXCEEDED — multiplicative decrease to a rate
-/// below the one that hit the quota, additive increase for every second without one. A value: every input is a
-/// method, `cap` is the answer; `SendGateStateMachine` owns it.
+/// The send-rate cap this instance applies (docs/operations.md, "FCM's project quota"): its share of
+/// `FCM_MAX_SENDS_PER_SECOND`, and below it an adaptive cap after FCM answered the project's QUOTA_EXCEEDED —
+/// multiplicative decrease to a rate below the one that hit the quota, additive increase for every second without one.
+/// A value: every input is a method, `cap` is the answer; `SendGateStateMachine` owns it.
 package struct SendRateLimit: Sendable, Equatable {
     /// The rate after a quota 429 is this fraction of the rate that hit the quota.
     package static let decrease = 0.7

@@ -5,9 +5,9 @@ import Synchronization
 import Timekeeping
 
 /// A loopback stand-in for FCM HTTP v1 and Google's OAuth token endpoint, speaking their wire
-/// format: RS256 assertion checks, bearer tokens, FCM-style validation, and every error of
-/// SPEC §3's table selected by the device token's prefix. Written independently of the FCM
-/// module (its own JSON handling), so tests of the client prove something.
+/// format: RS256 assertion checks, bearer tokens, FCM-style validation, and every FCM answer of docs/operations.md,
+/// "When FCM fails", selected by the device token's prefix. Written independently of the FCM module (its own JSON
+/// handling), so tests of the client prove something.
 public final class FCMEmulator: Sendable {
     /// Emulator settings.
     public struct Configuration: Sendable {

@@ -201,18 +201,10 @@ final class CurlTransfer {
                                   bodyUnsent: Int(uploaded) < bodySize)
     }
 
-    /// Nothing came back, and the server provably did not act on the request:
-    /// - libcurl said "Connection died, tried N times before giving up": it gave up retrying a stream the server
-    ///   refused (REFUSED_STREAM, or above a GOAWAY's last stream id, RFC 9113 §6.8) or a reused connection found
-    ///   closed. libcurl 7.88 reports it as a send error, or as the receive error that started its last retry (its
-    ///   retry count is never reset on a reused handle, so a refusal can give up at once); or
-    /// - the HTTP/2 session ended (a GOAWAY) before the request's body had left: without its body (and the end of
-    ///   its stream) the server cannot have acted on the request. libcurl 7.88 fails a stream it could not start on
-    ///   such a session with a bare HTTP/2 error.
-    /// A bare HTTP/2 error after the body left is not sent again: libcurl 7.88 ends so both the last stream a GOAWAY
-    /// refuses and a stream at or below its last stream id (processed) whose answer nghttp2 rejected, and it exposes
-    /// neither the stream's id nor the GOAWAY's. It goes back to the engine as a transport failure (a retry later,
-    /// counted in the attempts).
+    /// Nothing came back and the server provably did not act on the request: libcurl gave up retrying a refused stream
+    /// or a reused connection found closed ("Connection died"), or the HTTP/2 session ended before the body left. A bare
+    /// `CURLE_HTTP2` after the body left may have been processed, so the engine retries it later (docs/benchmark.md,
+    /// "Issue 44, items 6 and 7" and "Issue 24, fourth round").
     static func isUnprocessed(_ code: CURLcode, message: String, receivedAnything: Bool, bodyUnsent: Bool) -> Bool {
         guard !receivedAnything else { return false }
         if code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR { return message.hasPrefix("Connection died") }

@@ -175,8 +175,6 @@ extension ErrorCode where Family == HTTPError {
     public static let cancelled = Self("cancelled")
 }
 
-/// TLS handshakes of a client's connections: `full` ones (certificates exchanged and verified) and `resumed` ones
-/// (an earlier connection's session taken up again).
 /// What an HTTP client's TLS connections did with their socket once their handshake was done (each connection's
 /// records written with one send per driver turn, read with one recv each).
 public struct TLSIOCounts: Sendable, Equatable {
@@ -192,6 +190,8 @@ public struct TLSIOCounts: Sendable, Equatable {
     public var peeks: Int
 }
 
+/// TLS handshakes of a client's connections: `full` ones (certificates exchanged and verified) and `resumed` ones
+/// (an earlier connection's session taken up again).
 public struct TLSHandshakes: Sendable, Equatable {
     public var full: Int
     public var resumed: Int

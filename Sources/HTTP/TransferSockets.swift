@@ -1,20 +1,10 @@
 import CCurl
 import Glibc
 
-/// What the client does to the TCP sockets libcurl opens for it: a stall bound, and holding back
-/// what a turn of the driver writes so it leaves as one segment.
-///
-/// libcurl 7.88 writes every HTTP/2 frame with its own `SSL_write`, so one FCM send is a HEADERS
-/// segment and a DATA segment, and a turn that starts thirty sends writes sixty segments. Each
-/// segment is a trip through the TCP stack and a wake-up of the peer. So each socket is corked
-/// (TCP_CORK) when it is created, and after every turn, before the driver sleeps, the sockets of
-/// the transfers in progress are uncorked and corked again: the turn's frames leave together and
-/// nothing a transfer wrote waits beyond the turn that wrote it. The sockets come from libcurl at
-/// each flush (`curl_multi_fdset`), never from a list of our own, so a descriptor libcurl closed
-/// and the kernel gave to someone else is never touched. A connection with no transfer left (its
-/// last frame an RST_STREAM or a WINDOW_UPDATE) is released by the kernel's cork limit (200 ms).
-/// Once a TLS connection's handshake is done, the client holds its records itself and sends them with one call per
-/// turn (`tls_io.h` in the CCurl shim); the cork still joins a plain-HTTP connection's frames.
+/// What the client does to the TCP sockets libcurl opens for it: a stall bound (TCP_USER_TIMEOUT), and a cork
+/// (TCP_CORK) released after every driver turn, so the HTTP/2 frames libcurl 7.88 writes one by one leave as one segment
+/// (docs/benchmark.md, "Issue 24, second round"). The sockets to release come from libcurl (`curl_multi_fdset`), never
+/// from a list of our own, so a descriptor the kernel has given to someone else is never touched.
 enum TransferSockets {
     /// Installs the socket-creation callback (`mw_socket_created` in the CCurl shim): TCP_USER_TIMEOUT and TCP_CORK as
     /// `tls` says, and the socket remembered for its connection's TLS writes.
@@ -22,7 +12,8 @@ enum TransferSockets {
         mw_easy_setopt_sockopt(easy, tls)
     }
 
-    /// Holds what is written to `fd` until the next `release` (or the kernel's 200 ms limit).
+    /// Holds what is written to `fd` until the next `release` (or the kernel's 200 ms limit, which frees a connection
+    /// whose transfers are gone and whose last frame was an RST_STREAM or a WINDOW_UPDATE).
     static func cork(_ fd: Int32) {
         setFlag(fd, TCP_CORK, 1)
     }

@@ -4,7 +4,7 @@ import JSON
 import WorkerConfig
 
 /// Runs one operator command from the command line: `--help` gives that command's own help, `--json` one JSON document
-/// on stdout; the exit status follows SPEC §5 (0 ok, 1 runtime failure, 64 usage, 78 configuration).
+/// on stdout; the exit status is 0 ok, 1 runtime failure, 64 usage, 78 configuration.
 public enum CommandRunner {
     /// Every operator command, in the order the general help lists them.
     public static let commands: [any OperatorCommand.Type] = [

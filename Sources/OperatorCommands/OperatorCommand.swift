@@ -34,7 +34,7 @@ extension CommandReport {
     public var errorText: String { "" }
 }
 
-/// sysexits.h statuses (SPEC §5).
+/// sysexits.h statuses (docs/operations.md, "Operator commands").
 public enum ExitStatus {
     public static let ok: Int32 = 0
     /// A runtime failure: the database unreachable, a row not found, work refused.

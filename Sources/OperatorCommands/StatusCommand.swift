@@ -31,7 +31,8 @@ struct StatusCommand: OperatorCommand {
         var duePending: Int
         var oldestPendingSeconds: Double?
         var recentDeliveries: [DeliveryStatus: Int]
-        /// Of the SENT ones, rows the API's inline sender wrote (the cutover, SPEC §2.2): 0 once every API instance enqueues.
+        /// Of the SENT ones, rows the API's inline sender wrote (docs/operations.md, "The cutover from the API's inline
+        /// sender"): 0 once every API instance enqueues.
         var recentInline: Int
         var recentDisabled: Int
         var outboxBytes: Int

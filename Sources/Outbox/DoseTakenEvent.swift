@@ -2,12 +2,12 @@ import FoundationEssentials
 import JSON
 import Timekeeping
 
-/// A validated DOSE_TAKEN outbox payload (SPEC §2.2) and its eventKey (SPEC §3).
+/// A validated DOSE_TAKEN outbox payload (docs/database.md, "Enqueueing a DOSE_TAKEN event") and its eventKey.
 public struct DoseTakenEvent: Sendable, Equatable {
     public static let eventType = "DOSE_TAKEN"
     /// Valid `slot` values.
     public static let slots: Set<String> = ["morning", "noon", "evening", "bedtime"]
-    /// Longest `recordingGroupId` (SPEC §3 "Bad input") and `patientId` accepted: the eventKey must fit the indexes.
+    /// Longest `recordingGroupId` and `patientId` accepted: the eventKey must fit the indexes.
     public static let maxIdentifierLength = 200
 
     public let patientId: String

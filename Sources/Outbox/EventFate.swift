@@ -81,7 +81,7 @@ public enum EventFate {
     // MARK: Fanned out again
 
     /// What a PENDING delivery left by an earlier attempt (or a crashed worker) becomes when its event is fanned out
-    /// again. Recipients are decided when the push leaves (SPEC §3): it is sent under the new lease only while its
+    /// again. Recipients are decided when the push leaves: it is sent under the new lease only while its
     /// device is enabled, its owner's link to the event's patient is ACTIVE and the device is still its token's newest
     /// registration; otherwise it ends FAILED with the reason (a disabled device stays disabled; `devices enable` is
     /// the way back). The fan-out statement applies this rule in SQL (`OutboxStore.refusalSQL`).

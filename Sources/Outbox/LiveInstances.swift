@@ -3,7 +3,7 @@ import Glibc
 import Postgres
 import Timekeeping
 
-/// The live `run` processes (SPEC §2.2): each keeps a row in `"_medication_worker_instances"` with a heartbeat;
+/// The live `run` processes: each keeps a row in `"_medication_worker_instances"` with a heartbeat;
 /// `status` lists them, and whatever the instances share (the FCM project's send budget) is split among them.
 public struct LiveInstances: Sendable {
     /// One instance as `status` shows it.

@@ -11,7 +11,7 @@ extension OutboxStore {
     /// primary-key probe per event whatever the queue holds.
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
-    /// The fleet's disable cap (SPEC §3 "at most 10 devices are disabled by the whole fleet"): the disables, of every
+    /// The fleet's disable cap (at most 10 devices disabled by the whole fleet): the disables, of every
     /// instance, that the ledger may hold in `fleetDisableBurst` whatever the brake said (the onset of a project-wide
     /// fault looks like a dead token to each instance's first answers), and in `fleetDisableWindow` once one of them was
     /// not vouched for by the sender's brake.

@@ -2,7 +2,7 @@ import FoundationEssentials
 import Postgres
 import Timekeeping
 
-/// Who receives a push, as SQL the fan-out and the operator commands share (SPEC §3).
+/// Who receives a push, as SQL the fan-out and the operator commands share (docs/operations.md, "Who gets the push").
 package enum Recipients {
     /// Whether device row `d` speaks for its token ("A token is one phone"): no other row of the token, enabled or not,
     /// was seen more recently (ties go to the greater id). One probe of `"PushDevice_token_lastSeenAt_idx"`.
@@ -73,23 +73,11 @@ package struct OutboxStore: Sendable {
     // MARK: Fan-out
 
     /// The whole fan-out in one statement (one round trip, each delivery row written once before its result). An event
-    /// is its (patient, key): two patients' events that share a key (a reused `recordingGroupId`) never share a send.
-    /// - `linked`: every enabled caregiver device of each event's patient, with its token and whether it speaks for the
-    ///   token (SPEC §3 "A token is one phone": only the token's newest registration by `"lastSeenAt"`, enabled or not,
-    ///   receives pushes). A device that two events of one key reach (one caregiver of both patients) is taken by the
-    ///   first: the unique index allows one delivery per (key, device);
-    /// - `inserted`: one delivery per speaking device, inserted already leased; a device already in the table for the
-    ///   key is skipped (the unique index decides; a row the inline sender wrote is SENT and stays as it is);
-    /// - `earlier`: the events that can hold deliveries from before this statement: the insert skipped one of their
-    ///   devices, they have no device to send to now, or they are on a second or later attempt (`retried`). An event
-    ///   met for the first time has none, so the probe below skips it;
-    /// - `waiting`: PENDING deliveries of those events from an earlier attempt or a crashed worker, each with the reason
-    ///   it may no longer be sent (`EventFate.reclaimed`: recipients are decided when the push leaves, SPEC §3); its
-    ///   probes look each row's device and link up by key (an `OFFSET 0` subquery: a probe per row whatever the
-    ///   statistics say; written as a join, a plan walked all 20,000 devices on every fan-out);
-    /// - `reclaimed` leases the ones still to send again, `failed` ends the others FAILED with their reason.
-    /// The final SELECT returns the deliveries this worker now holds, then the devices skipped because another row
-    /// speaks for their token (`id` NULL).
+    /// is its (patient, key): events that share a key never share a send. `linked` finds each event's caregiver devices
+    /// and whether each speaks for its token (docs/operations.md, "Who gets the push"), `inserted` leases a delivery per
+    /// speaking device, and `waiting` probes earlier attempts' PENDING deliveries row by row (docs/benchmark.md, "Latency:
+    /// plans made on an empty queue"), which `reclaimed` leases again and `failed` ends with their reason. The final
+    /// SELECT returns the deliveries this worker now holds, then the devices skipped for their token (`id` NULL).
     static func fanOutQuery(keys: [String], patients: [String], token: LeaseToken, lease: Duration, retried: [String]) -> PostgresQuery {
         """
         \(sql: fanOutCTEs(keys: keys, patients: patients, token: token, lease: lease, retried: retried))
@@ -138,15 +126,16 @@ package struct OutboxStore: Sendable {
             FROM events e
             JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
             JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
-            ORDER BY e.key, d.id, e.ord
+            ORDER BY e.key, d.id, e.ord -- a device two events of one key reach goes with the first (one delivery per key and device)
         ), inserted AS (
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
             SELECT \(sql: deliveryIdSQL), t.key, t.device_id, t.patient_id, 'PENDING', 1, now(), \(token.text)::uuid,
                    now() + make_interval(secs => \(lease.asSeconds)::double precision)
             FROM linked t WHERE t.speaks
-            ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING
+            ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING -- a row the inline sender wrote is SENT and stays so
             RETURNING id, "eventKey", "pushDeviceId", "patientId"
         ), earlier AS (
+            -- Events that can hold deliveries from before this statement; one met for the first time has none.
             SELECT t.key, t.patient_id FROM linked t
             WHERE t.speaks AND NOT EXISTS (SELECT 1 FROM inserted i WHERE i."eventKey" = t.key AND i."pushDeviceId" = t.device_id)
             UNION
@@ -155,6 +144,8 @@ package struct OutboxStore: Sendable {
                OR NOT EXISTS (SELECT 1 FROM linked t WHERE t.key = e.key AND t.patient_id = e.patient_id AND t.speaks)
         ), waiting AS MATERIALIZED (
             -- A row with no patient was fanned out by a worker before migration 7: it goes with the events of its key.
+            -- The refusal is an OFFSET 0 subquery, one probe per row whatever the statistics say: as a join, a plan
+            -- walked every device on each fan-out.
             SELECT pd.id, e.patient_id, (SELECT \(sql: refusalSQL)
                                         FROM (SELECT 1) one LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId" OFFSET 0) AS refusal
             FROM earlier e JOIN "PushDelivery" pd ON pd."eventKey" = e.key AND (pd."patientId" = e.patient_id OR pd."patientId" IS NULL)

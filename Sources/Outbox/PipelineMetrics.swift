@@ -57,7 +57,7 @@ struct PipelineMetrics: Sendable {
 
     /// `push_recipients_skipped_total{reason}` label values: why a device of an event's recipients was not sent to.
     enum SkipReason: String, Sendable {
-        /// Another registration of the device's token was seen more recently (SPEC §3 "A token is one phone").
+        /// Another registration of the device's token was seen more recently.
         case tokenSuperseded = "token_superseded"
     }
 

@@ -5,7 +5,7 @@ import Metrics
 import Postgres
 import Timekeeping
 
-/// Deletes finished history in small batches so the tables stay small for years (SPEC §3 Retention).
+/// Deletes finished history in small batches so the tables stay small for years (docs/operations.md, "Database").
 /// One instance at a time: a pass runs only while this instance holds the `retention` lease row
 /// (renewed before every batch), never a session lock a transaction pooler would keep held.
 public final class Pruner: PeriodicJob {

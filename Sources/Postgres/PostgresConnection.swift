@@ -10,8 +10,8 @@ import Timekeeping
 public final class PostgresConnection {
     private let raw: OpaquePointer
 
-    /// Bounded waits for every connection unless the conninfo sets its own (SPEC §3 "A database that
-    /// hangs"): a server that accepts TCP and never answers fails the connection attempt after
+    /// Bounded waits for every connection unless the conninfo sets its own (docs/operations.md, "A database
+    /// that hangs"): a server that accepts TCP and never answers fails the connection attempt after
     /// `connect_timeout`; a peer that silently vanishes is found by keepalives, and data it stops
     /// acknowledging drops the connection after `tcp_user_timeout` milliseconds.
     public static let boundedWaits: [(String, String)] = [

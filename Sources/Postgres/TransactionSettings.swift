@@ -3,7 +3,7 @@ import Timekeeping
 
 /// Run-time parameters for one transaction, sent as `set_config(name, value, true)` in the same
 /// round trip as its `BEGIN`. They end with the transaction, so nothing is left on a server
-/// connection that a transaction-mode pooler hands to another client next (SPEC §3 "Connection poolers").
+/// connection that a transaction-mode pooler hands to another client next.
 public struct TransactionSettings: Sendable, Equatable {
     /// Parameter names and values, applied in this order.
     public let values: [(name: String, value: String)]

@@ -1,4 +1,4 @@
-/// One DOSE_TAKEN push to one device: everything SPEC §3's FCM message needs.
+/// One DOSE_TAKEN push to one device: everything its FCM message needs.
 public struct DoseTakenPush: Sendable, Hashable {
     /// The FCM registration token (a secret: log `Redact.token` of it only).
     public var token: String
@@ -32,7 +32,7 @@ public struct DoseTakenPush: Sendable, Hashable {
     }
 }
 
-/// What became of one send, per SPEC §3's error table.
+/// What became of one send (docs/operations.md, "When FCM fails").
 public enum SendOutcome: Sendable, Equatable {
     /// FCM accepted it; `messageName` is FCM's `name` as returned.
     case sent(messageName: String)

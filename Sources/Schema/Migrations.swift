@@ -39,7 +39,7 @@ public struct ConcurrentIndex: Sendable {
 
 /// The worker's migrations, in order. Append only: never edit a migration that has shipped.
 public enum Migrations {
-    /// Tables the web API owns (SPEC §2.1); `migrate` refuses to run without them.
+    /// Tables the web API owns (docs/database.md); `migrate` refuses to run without them.
     public static let requiredAPITables = ["Patient", "CaregiverPatientLink", "PushDevice", "PushDelivery", "CaregiverEntitlement"]
 
     /// The NOTIFY channel the statement-level trigger signals.
@@ -190,9 +190,9 @@ public enum Migrations {
             ALTER TABLE "PushDelivery" SET (fillfactor = 50)
             """,
         ]),
-        // The evidence behind every disabled device and the undo list when a disable was wrong (SPEC §2.2): one row per
-        // disable, written in the same statement as the disable itself. The live instances: each `run` process keeps its
-        // row's heartbeat; `status` lists them and they share the FCM project's send budget.
+        // The evidence behind every disabled device and the undo list when a disable was wrong (docs/database.md): one
+        // row per disable, written in the same statement as the disable itself. The live instances: each `run` process
+        // keeps its row's heartbeat; `status` lists them and they share the FCM project's send budget.
         Migration(version: 6, name: "disabled-device ledger, live instances", statements: [
             """
             CREATE TABLE IF NOT EXISTS "PushDeviceDisabled" (
@@ -222,11 +222,12 @@ public enum Migrations {
             )
             """,
         ]),
-        // Who gets the push (SPEC §3, §2.2). A delivery names its event's patient: two patients' events can share a key
-        // (a `recordingGroupId` reused), and grouping, reclaim, settlement and resend are per (patient, key). A row the
-        // API's inline sender inserts during the cutover names only the seed's columns: it is a push already sent, so
-        // the default status is SENT (the worker always writes PENDING itself). A token's rows are found by token,
-        // newest registration last, so the fan-out can send only to the row that speaks for the phone.
+        // Who gets the push (docs/operations.md, "Who gets the push"). A delivery names its event's patient: two
+        // patients' events can share a key (a `recordingGroupId` reused), and grouping, reclaim, settlement and resend
+        // are per (patient, key). A row the API's inline sender inserts during the cutover names only the seed's
+        // columns: it is a push already sent, so the default status is SENT (the worker always writes PENDING itself).
+        // A token's rows are found by token, newest registration last, so the fan-out can send only to the row that
+        // speaks for the phone.
         Migration(version: 7, name: "deliveries name their patient; inline-sender rows are SENT; a token's newest registration", statements: [
             """
             ALTER TABLE "PushDelivery" ADD COLUMN IF NOT EXISTS "patientId" text
@@ -237,9 +238,9 @@ public enum Migrations {
         ], concurrentIndexes: [
             ConcurrentIndex("PushDevice_token_lastSeenAt_idx", on: #""PushDevice" (token, "lastSeenAt", id)"#),
         ]),
-        // The fleet's disable cap (SPEC §3): the disable statement counts the ledger's
-        // recent rows, and a disable the sender's brake vouched for (one dead token among healthy answers) is held only
-        // by the short window; rows written before this migration count as not vouched.
+        // The fleet's disable cap: the disable statement counts the ledger's recent rows, and a disable the sender's
+        // brake vouched for (one dead token among healthy answers) is held only by the short window; rows written
+        // before this migration count as not vouched.
         Migration(version: 8, name: "disable ledger: vouched disables, for the fleet's disable cap", statements: [
             """
             ALTER TABLE "PushDeviceDisabled" ADD COLUMN IF NOT EXISTS vouched boolean NOT NULL DEFAULT false

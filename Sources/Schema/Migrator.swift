@@ -86,7 +86,7 @@ public struct Migrator: Sendable {
         guard missing.isEmpty else {
             throw PostgresError(.queryFailed, message: "the web API's tables are missing: "
                 + missing.map { "\"\($0)\"" }.joined(separator: ", ")
-                + " (run the API's Prisma migrations first; SPEC §2.1)")
+                + " (run the API's Prisma migrations first; docs/database.md)")
         }
         try Self.createIfMissing(connection, Self.createBookkeepingSQL)
         try Self.createIfMissing(connection, SingletonLease.createTableSQL)
@@ -162,11 +162,10 @@ public struct Migrator: Sendable {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS` can still fail when two sessions create the same table at the
-    /// same moment; the loser's error is harmless once the table exists.
-    /// Runs a `CREATE … IF NOT EXISTS` that a concurrent `migrate` may win: its losing side fails with a unique
-    /// violation on the catalog (23505), "relation already exists" (42P07) or, for a table's row type created a
-    /// moment earlier, "type already exists" (42710); all three mean the object is there.
+    /// Runs a `CREATE … IF NOT EXISTS` that a concurrent `migrate` may win (`IF NOT EXISTS` does not stop two sessions
+    /// creating the same object at once): the losing side fails with a unique violation on the catalog (23505),
+    /// "relation already exists" (42P07) or, for a table's row type created a moment earlier, "type already exists"
+    /// (42710); all three mean the object is there.
     private static func createIfMissing(_ connection: PostgresConnection, _ sql: PostgresQuery) throws {
         let outcome = Result { () throws(PostgresError) in try connection.query(sql) }
         if case .failure(let error) = outcome, !["23505", "42P07", "42710"].contains(error.sqlState ?? "") { throw error }
@@ -187,7 +186,7 @@ public struct Migrator: Sendable {
         return try connection.query(currentVersionQuery).first?["v"].optionalInt()
     }
 
-    /// API tables of SPEC §2.1 that do not exist in the connection's search path.
+    /// API tables (`Migrations.requiredAPITables`) that do not exist in the connection's search path.
     public static func missingAPITables(_ connection: PostgresConnection) throws -> [String] {
         try Migrations.requiredAPITables.filter { table in
             let rows = try connection.query(existsQuery(relation: "\"\(table)\""))

@@ -62,7 +62,7 @@ extension Daemon {
         let liveness = health.liveness
         var engineConfiguration = DeliveryEngineConfiguration()
         engineConfiguration.batchSize = configuration.batchSize
-        // MAX_IN_FLIGHT holds sends from their start until their outcome is written (SPEC §3's bound on unwritten
+        // MAX_IN_FLIGHT holds sends from their start until their outcome is written (the bound on unwritten
         // outcomes); at most half of them are on the wire, so sending goes on while the other half's outcomes are written.
         engineConfiguration.maxInFlight = configuration.maxInFlight
         engineConfiguration.maxSending = configuration.maxSending

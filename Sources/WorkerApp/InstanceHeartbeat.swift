@@ -2,7 +2,7 @@ import Lifecycle
 import Logging
 import Outbox
 
-/// Keeps this process's row in the live-instances table (SPEC §2.2): `status` lists it, and the FCM budget is shared
+/// Keeps this process's row in the live-instances table: `status` lists it, and the FCM budget is shared
 /// among the rows. A clean stop deletes the row so the others take its share at once.
 struct InstanceHeartbeat: PeriodicJob {
     let instances: LiveInstances

@@ -1,7 +1,7 @@
 import FCM
 import Logging
 
-/// This instance's share of `FCM_MAX_SENDS_PER_SECOND` (SPEC §3 "FCM's project quota"): the budget split evenly among
+/// This instance's share of `FCM_MAX_SENDS_PER_SECOND`: the budget split evenly among
 /// the live instances, handed to the sender at every heartbeat; logged when it changes.
 struct SendBudgetShare: Sendable {
     let budget: Int

@@ -12,7 +12,7 @@ public enum WorkerApp {
     /// The program version printed by `--version`.
     public static let version = "0.2.0"
 
-    /// sysexits.h statuses the CLI uses (SPEC §5).
+    /// sysexits.h statuses the CLI uses.
     public typealias ExitStatus = OperatorCommands.ExitStatus
 
     public static var usage: String {

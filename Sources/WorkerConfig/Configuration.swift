@@ -2,7 +2,7 @@ import FoundationEssentials
 import Logging
 import Timekeeping
 
-/// Every setting of SPEC §5, read and validated once at start.
+/// Every setting (`config/worker.env`), read and validated once at start.
 public struct Configuration: Sendable {
     /// Named defaults (River style: one constant per knob).
     public enum Defaults {
@@ -61,7 +61,8 @@ public struct Configuration: Sendable {
     public var healthHost: String
     public var healthPort: UInt16
     public var batchSize: Int
-    /// `MAX_IN_FLIGHT`: sends held at once, from their start until their outcome is written (SPEC §3).
+    /// `MAX_IN_FLIGHT`: sends held at once, from their start until their outcome is written (docs/operations.md,
+    /// "Stopping").
     public var maxInFlight: Int
     /// Of those, the most on the wire at once: half (rounded up), so sending goes on while the other half's outcomes
     /// are written.

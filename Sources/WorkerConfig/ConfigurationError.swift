@@ -16,7 +16,7 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     public static let exitStatus: Int32 = 78
 }
 
-/// Every bad setting found in one pass (`check-config` and `run` name all of them, not only the first; SPEC §5).
+/// Every bad setting found in one pass (`check-config` and `run` name all of them, not only the first).
 public struct ConfigurationErrors: Error, Sendable, Equatable, CustomStringConvertible {
     /// At least one.
     public var errors: [ConfigurationError]

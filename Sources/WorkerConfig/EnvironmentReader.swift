@@ -4,7 +4,7 @@ import Logging
 import TextSupport
 
 /// Reads and validates single variables; every error names the variable. A bad value is recorded in `errors` and the
-/// default returned, so one pass finds every bad setting, not only the first (SPEC §5).
+/// default returned, so one pass finds every bad setting, not only the first.
 final class EnvironmentReader {
     private let environment: [String: String]
     /// Every problem found so far, in reading order.

@@ -1,4 +1,4 @@
-/// The one list of setting names (SPEC §5) and the near-miss check against it: a variable that looks like a
+/// The one list of setting names (`config/worker.env`) and the near-miss check against it: a variable that looks like a
 /// misspelt setting (`MAX_INFLIGHT`) is silently ignored by the loader, so `check-config` and `run` warn about it.
 public enum SettingNames {
     /// Every environment variable the worker reads.

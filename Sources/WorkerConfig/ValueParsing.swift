@@ -2,7 +2,8 @@ import FoundationEssentials
 import TextSupport
 import Timekeeping
 
-/// Parsers for SPEC §5's value syntax. Each returns nil on bad input; the caller names the variable.
+/// Parsers for the settings' value syntax (`config/worker.env`). Each returns nil on bad input; the caller names the
+/// variable.
 public enum ValueParsing {
     /// The longest duration any setting or option takes (100 years): past it a value is a typo, and the arithmetic
     /// on it (days to seconds, timestamps, SQL intervals) could overflow.

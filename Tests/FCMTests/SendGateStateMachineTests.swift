@@ -317,8 +317,8 @@ struct SendGateStateMachineTests {
         let gate = SendGate(threshold: 1, logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics,
                             onHealth: { health in events.withLock { $0.append("health \(health == .ok ? "ok" : "paused")") } },
                             onResume: { events.withLock { $0.append("resumed") } })
-        func held(_ name: String) -> SendGate.Held {
-            SendGate.Held(run: { ticket in events.withLock { $0.append("run \(name)#\(ticket)") } },
+        func held(_ name: String) -> SendGate.Send {
+            SendGate.Send(run: { ticket in events.withLock { $0.append("run \(name)#\(ticket)") } },
                           drop: { events.withLock { $0.append("drop \(name)") } })
         }
         gate.submit(held("a"))

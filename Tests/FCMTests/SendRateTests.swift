@@ -24,8 +24,8 @@ struct SendRateTests {
         var drops: Int { dropped.withLock { $0 } }
 
         /// A held send that records its ticket when it runs.
-        func held() -> SendGate.Held {
-            SendGate.Held(run: { [self] ticket in ran.withLock { $0.append(ticket) } }, drop: { [self] in dropped.withLock { $0 += 1 } })
+        func held() -> SendGate.Send {
+            SendGate.Send(run: { [self] ticket in ran.withLock { $0.append(ticket) } }, drop: { [self] in dropped.withLock { $0 += 1 } })
         }
     }
 

@@ -89,7 +89,7 @@ struct Claimer: Sendable {
         EventFate.refused(.fanOut, sqlState: error.sqlState, message: error.message)
     }
 
-    /// Devices the fan-out did not send to because another registration speaks for their token (SPEC §3): counted,
+    /// Devices the fan-out did not send to because another registration speaks for their token: counted,
     /// and logged at debug level (`event ID` shows them to operators).
     private func skipped(_ skipped: [(eventKey: String, patientId: String, deviceId: String)]) {
         guard !skipped.isEmpty else { return }

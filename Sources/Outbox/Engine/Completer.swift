@@ -6,12 +6,6 @@ import Push
 import Synchronization
 import Timekeeping
 
-/// Writes what the engine's actions say, in bounded batches, deciding nothing itself: delivery outcomes as FCM answers
-/// them, and each group's end (its events settled, released, or nothing) the moment its last delivery is answered. An idle writer
-/// flushes `completerFlushDelay` after the first item unless a batch's worth is already there or sends are
-/// waiting for the places its items hold; items arriving during a write go into the next one. A flush carries at most `completerFlushCount` items, and every
-/// answered delivery holds its place in `MAX_IN_FLIGHT` until its flush is over, so the buffer never outgrows
-/// `MAX_IN_FLIGHT` outcomes plus the settlements and releases that go with them.
 /// Whoever frees the places a write's deliveries held: the engine loop (tests: a recorder).
 protocol WrittenReceipts: Sendable {
     func written(_ receipt: EngineStateMachine.Receipt) async
@@ -19,6 +13,12 @@ protocol WrittenReceipts: Sendable {
 
 extension EngineLoop: WrittenReceipts {}
 
+/// Writes what the engine's actions say, in bounded batches, deciding nothing itself: delivery outcomes as FCM answers
+/// them, and each group's end (its events settled, released, or nothing) the moment its last delivery is answered. An
+/// idle writer flushes `completerFlushDelay` after the first item unless a batch's worth is already there or sends are
+/// waiting for the places its items hold; items arriving during a write go into the next one. A flush carries at most
+/// `completerFlushCount` items, and every answered delivery holds its place in `MAX_IN_FLIGHT` until its flush is
+/// over, so the buffer never outgrows `MAX_IN_FLIGHT` outcomes plus the settlements and releases that go with them.
 final class Completer: Sendable {
     /// One buffered write and what it confirms to the engine's books once written.
     enum Entry: Sendable {
@@ -144,7 +144,7 @@ final class Completer: Sendable {
         waiter?.resume()
     }
 
-    /// Logs and counts an answer (outside the engine's lock).
+    /// Logs and counts an answer (the engine loop calls it as each answer arrives).
     func report(_ send: PendingSend, _ outcome: SendOutcome) {
         switch outcome {
         case .sent:

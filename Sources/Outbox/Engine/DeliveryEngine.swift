@@ -6,11 +6,11 @@ import Postgres
 import Push
 import Timekeeping
 
-/// Settings of the delivery engine (SPEC §3, §5).
+/// Settings of the delivery engine.
 public struct DeliveryEngineConfiguration: Sendable {
     /// Most events one claim takes.
     public var batchSize = 100
-    /// Sends held at once, each from its start until its outcome is written (`MAX_IN_FLIGHT`, SPEC §3): sends in
+    /// Sends held at once, each from its start until its outcome is written (`MAX_IN_FLIGHT`): sends in
     /// flight plus answered-but-unwritten outcomes. So the outcomes not yet written never number more, and a `kill -9`
     /// re-sends at most this many.
     public var maxInFlight = 100
@@ -67,7 +67,7 @@ public final class DeliveryEngine: Service {
     }
 
     /// The engine's bookkeeping for `configuration`: `MAX_IN_FLIGHT` is the capacity (sends in flight plus unwritten
-    /// outcomes, SPEC §3), the slots are the sends on the wire, and claims stop at the slots × `highWaterFactor`.
+    /// outcomes), the slots are the sends on the wire, and claims stop at the slots × `highWaterFactor`.
     static func machine(for configuration: DeliveryEngineConfiguration) -> EngineStateMachine {
         EngineStateMachine(slots: configuration.sendingSlots, highWater: configuration.sendingSlots * configuration.highWaterFactor,
                            capacity: configuration.maxInFlight, backoff: configuration.backoff)

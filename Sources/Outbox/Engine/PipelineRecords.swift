@@ -47,8 +47,8 @@ public struct ClaimedDelivery: Sendable {
     public var lease: LeaseToken
 }
 
-/// An outbox event's `status` (SPEC §2.2), the one type of the column: the raw values are its strings, a contract with
-/// the web API (docs/database.md).
+/// An outbox event's `status`, the one type of the column: the raw values are its strings, a contract with the web API
+/// (docs/database.md).
 public enum OutboxStatus: String, Sendable, CaseIterable {
     /// Due (again) at `"availableAt"`, or leased.
     case pending = "PENDING"
