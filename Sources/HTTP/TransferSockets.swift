@@ -13,11 +13,9 @@ import Glibc
 /// each flush (`curl_multi_fdset`), never from a list of our own, so a descriptor libcurl closed
 /// and the kernel gave to someone else is never touched. A connection with no transfer left (its
 /// last frame an RST_STREAM or a WINDOW_UPDATE) is released by the kernel's cork limit (200 ms).
-/// Once a TLS connection's handshake is done, the client holds its records itself and sends them with one call per
-/// turn (`tls_io.h` in the CCurl shim); the cork still joins a plain-HTTP connection's frames.
 enum TransferSockets {
     /// Installs the socket-creation callback (`mw_socket_created` in the CCurl shim): TCP_USER_TIMEOUT and TCP_CORK as
-    /// `tls` says, and the socket remembered for its connection's TLS writes.
+    /// `tls` says.
     static func install(on easy: UnsafeMutableRawPointer, tls: UnsafeMutablePointer<mw_tls_state>) -> CURLcode {
         mw_easy_setopt_sockopt(easy, tls)
     }

@@ -61,32 +61,11 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened == 1)
     }
 
-    /// Once a connection's handshake is done its records are the client's to write and read (`tls_io.h`): each turn's
-    /// records leave in one send per connection, and each record is read with one recv, a look at the socket serving
-    /// several. Over TLS 1.2 and TLS 1.3 (whose session tickets arrive after the handshake).
-    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
-    func thousandSends_recordsLeaveOneSendPerTurn_andAreReadOneRecvEach(tlsProtocol: String) async throws {
-        let (nginx, sender, _) = try Self.rig(tlsProtocols: tlsProtocol)
-        defer { nginx.stop(); sender.shutdown() }
-        let outcomes = await Self.sendThousand(sender)
-        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
-        let io = sender.http.tlsIO
-        #expect(io.connections >= 1)
-        #expect(io.connections == sender.http.connectionsOpened, "a connection kept libcurl's own writes: \(io)")
-        // Each send is a HEADERS and a DATA record.
-        #expect(io.recordsBuffered >= 2000, "\(io)")
-        #expect(io.sends * 4 <= io.recordsBuffered, "records left one send each: \(io)")
-        // Each answer is at least one record, each record one recv (OpenSSL alone: two, its header and its body).
-        #expect(io.receives >= 1000, "\(io)")
-        #expect(io.peeks < io.receives, "\(io)")
-    }
-
-    /// Twenty bodies of 300 KB at once on one connection, together far more than its buffer (64 KB): the buffer fills
-    /// and waits for the socket, and every byte arrives (nginx reads each body whole before it answers, and TLS would
-    /// refuse a record out of order). nginx's `/read-body/` reads the body first: its plain `return` answers at the
-    /// headers and resets a stream still sending, which libcurl 7.88 fails whichever I/O it runs on (5 runs in 25).
+    /// Twenty bodies of 300 KB at once on one TLS connection, far more than a socket buffer and HTTP/2's flow-control
+    /// window: every byte arrives (nginx reads each body whole before it answers). nginx's `/read-body/` reads the body
+    /// first: its plain `return` answers at the headers and resets a stream still sending, which libcurl 7.88 fails.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
-    func largeBodies_fillTheBuffer_andEveryRequestIsAnswered() async throws {
+    func largeBodies_twentyAtOnceOnOneConnection_everyRequestIsAnswered() async throws {
         let (nginx, sender, base) = try Self.rig()
         defer { nginx.stop(); sender.shutdown() }
         let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
@@ -100,9 +79,6 @@ struct HTTP2Tests {
             return await group.reduce(into: []) { $0.append($1) }
         }
         #expect(answers == Array(repeating: "200", count: 20))
-        let io = sender.http.tlsIO
-        #expect(io.connections >= 1)
-        #expect(io.recordsBuffered >= 20 * 300_000 / 16_384, "\(io)")
         #expect(sender.http.connectionsOpened == 1)
     }
 
@@ -158,8 +134,7 @@ struct HTTP2Tests {
         let full = connections.values.filter { !$0 }.count
         #expect(connections.count >= 20, "\(connections.count) connections")
         // The first connection (the token's and the first sends') cannot resume; up to two more may open before its
-        // session ticket has been read (TLS 1.3 sends tickets after the handshake: 3 full handshakes in 1 of 14 runs,
-        // with libcurl's own TLS I/O as with the client's).
+        // session ticket has been read (TLS 1.3 sends tickets after the handshake: 3 full handshakes in 1 of 14 runs).
         #expect(full <= 3, "\(full) of \(connections.count) connections made a full handshake")
         // The client counts what nginx saw, and the metric says it.
         #expect(counted == TLSHandshakes(full: full, resumed: connections.count - full), "nginx: \(full) full of \(connections.count)")
