@@ -41,22 +41,14 @@ static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, 
     return curl_multi_setopt(handle, option, value);
 }
 
-/* CURLOPT_SSL_CTX_FUNCTION, called for every new connection's SSL_CTX after libcurl 7.88 has configured it.
-
-   Clears SSL_MODE_RELEASE_BUFFERS, which libcurl 7.88 sets on every context it makes (8.8 dropped it). With it,
-   OpenSSL frees a connection's read and write buffers whenever they empty and allocates them again for the next
-   record: an allocation and a free per record on a connection that carries a record every few microseconds. The
-   buffers (about 34 KB per connection) stay allocated instead.
-
-   Makes TLS sessions resumable on the next connection (after a GOAWAY, at the connection's maximum age):
-   - libcurl 7.88 sets SSL_OP_NO_TICKET, so a TLS 1.2 session could be resumed only from a server-side session cache,
-     which servers such as nginx keep off by default. Tickets are allowed again (TLS 1.3 resumes by tickets only).
-   - libcurl caches the SSL_SESSION its connection uses. When that connection is freed without having sent a
-     close_notify (libcurl 7.88 closes a connection the server has ended without one), OpenSSL marks the session
-     not resumable, and the next connection offers a dead session: a full handshake every time. So libcurl's
-     new-session callback (already set on the context) is handed a copy of each new session, and of a resumed TLS 1.2
-     one, that no connection uses: what ends a connection no longer spoils what the next one resumes. (A resumed
-     TLS 1.3 session is single-use: the tickets that follow the handshake replace it.)
+/* CURLOPT_SSL_CTX_FUNCTION, called for every new connection's SSL_CTX after libcurl has configured it.
+   - Clears SSL_MODE_RELEASE_BUFFERS (a free and a malloc around every record): Debian 12's libcurl 7.88 sets it
+     (docs/benchmark.md, libcurl's floor: 60.3 -> 56.3 mallocs per send); 8.14 does not.
+   - Clears SSL_OP_NO_TICKET, so a TLS 1.2 session resumes without a server-side cache: 7.88 and 8.14 both set it
+     (HTTP2Tests.connectionsAfterAGoaway_resumeTheTLSSession, TLSv1.2).
+   - Gives libcurl's session cache a copy of each new (or resumed TLS 1.2) session that no connection uses, as OpenSSL
+     spoils a session whose connection ends without a close_notify: Debian 12's libcurl 7.88 (the same test, TLS 1.2
+     and 1.3; not needed on 8.14, which caches sessions serialized).
    Every connection's handshake is counted, full or resumed; a TLS 1.2 renegotiation is not a new one. */
 #include <openssl/ssl.h>
 typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);

@@ -101,8 +101,9 @@ public struct HTTPClientConfiguration: Sendable {
     public var coalesceWrites = true
 
     /// Connections to one HTTP/2 host: enough streams for `maxInFlight`, and one more for the turnover after a
-    /// GOAWAY. Past `maxStreamsPerConnection`, libcurl 7.88 opens a connection for every waiting transfer (counted in
-    /// docs/benchmark.md); with this bound they wait for a stream instead.
+    /// GOAWAY. Past `maxStreamsPerConnection`, Debian 12's libcurl 7.88 opens a connection for every waiting transfer
+    /// (HTTP2Tests.moreInFlightThanAConnectionsStreams_opensOnlyTheConnectionsMultiplexingNeeds: 151 without the bound;
+    /// not needed on 8.14, which waits for a stream).
     public var multiplexedHostConnections: Int {
         (max(1, maxInFlight) + max(1, maxStreamsPerConnection) - 1) / max(1, maxStreamsPerConnection) + 1
     }

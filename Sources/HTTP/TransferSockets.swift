@@ -4,10 +4,12 @@ import Glibc
 /// What the client does to the TCP sockets libcurl opens for it: a stall bound, and holding back
 /// what a turn of the driver writes so it leaves as one segment.
 ///
-/// libcurl 7.88 writes every HTTP/2 frame with its own `SSL_write`, so one FCM send is a HEADERS
-/// segment and a DATA segment, and a turn that starts thirty sends writes sixty segments. Each
-/// segment is a trip through the TCP stack and a wake-up of the peer. So each socket is corked
-/// (TCP_CORK) when it is created, and after every turn, before the driver sleeps, the sockets of
+/// Debian 12's libcurl 7.88 writes every HTTP/2 frame with its own `SSL_write`, so one FCM send is a
+/// HEADERS segment and a DATA segment, and a turn that starts thirty sends writes sixty segments
+/// (docs/benchmark.md, issue 24's second round: worker 51.8 -> 45.1 µs, nginx 17.8 -> 12.7 µs per
+/// delivery with the cork). 8.14 writes one per send; the cork still joins a turn's sends (not
+/// measured there). Each segment is a trip through the TCP stack and a wake-up of the peer. So
+/// each socket is corked (TCP_CORK) when it is created, and after every turn, before the driver sleeps, the sockets of
 /// the transfers in progress are uncorked and corked again: the turn's frames leave together and
 /// nothing a transfer wrote waits beyond the turn that wrote it. The sockets come from libcurl at
 /// each flush (`curl_multi_fdset`), never from a list of our own, so a descriptor libcurl closed
