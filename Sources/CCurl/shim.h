@@ -41,33 +41,24 @@ static inline CURLMcode mw_multi_setopt_long(CURLM *handle, CURLMoption option, 
     return curl_multi_setopt(handle, option, value);
 }
 
-/* CURLOPT_SSL_CTX_FUNCTION, called for every new connection's SSL_CTX after libcurl 7.88 has configured it.
-
-   Clears SSL_MODE_RELEASE_BUFFERS, which libcurl 7.88 sets on every context it makes (8.8 dropped it). With it,
-   OpenSSL frees a connection's read and write buffers whenever they empty and allocates them again for the next
-   record: an allocation and a free per record on a connection that carries a record every few microseconds. The
-   buffers (about 34 KB per connection) stay allocated instead.
-
-   Makes TLS sessions resumable on the next connection (after a GOAWAY, at the connection's maximum age):
-   - libcurl 7.88 sets SSL_OP_NO_TICKET, so a TLS 1.2 session could be resumed only from a server-side session cache,
-     which servers such as nginx keep off by default. Tickets are allowed again (TLS 1.3 resumes by tickets only).
-   - libcurl caches the SSL_SESSION its connection uses. When that connection is freed without having sent a
-     close_notify (libcurl 7.88 closes a connection the server has ended without one), OpenSSL marks the session
-     not resumable, and the next connection offers a dead session: a full handshake every time. So libcurl's
-     new-session callback (already set on the context) is handed a copy of each new session, and of a resumed TLS 1.2
-     one, that no connection uses: what ends a connection no longer spoils what the next one resumes. (A resumed
-     TLS 1.3 session is single-use: the tickets that follow the handshake replace it.)
+/* CURLOPT_SSL_CTX_FUNCTION, called for every new connection's SSL_CTX after libcurl has configured it.
+   - Clears SSL_MODE_RELEASE_BUFFERS (a free and a malloc around every record): Debian 12's libcurl 7.88 sets it
+     (docs/benchmark.md, libcurl's floor: 60.3 -> 56.3 mallocs per send); 8.14 does not.
+   - Clears SSL_OP_NO_TICKET, so a TLS 1.2 session resumes without a server-side cache: 7.88 and 8.14 both set it
+     (HTTP2Tests.connectionsAfterAGoaway_resumeTheTLSSession, TLSv1.2).
+   - Gives libcurl's session cache a copy of each new (or resumed TLS 1.2) session that no connection uses, as OpenSSL
+     spoils a session whose connection ends without a close_notify: Debian 12's libcurl 7.88 (the same test, TLS 1.2
+     and 1.3; not needed on 8.14, which caches sessions serialized).
    Every connection's handshake is counted, full or resumed; a TLS 1.2 renegotiation is not a new one. */
 #include <openssl/ssl.h>
 typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);
 
 /* One HTTP client's TLS state, owned by the client (it outlives every connection): libcurl's new-session callback
-   (one function for every context), the handshakes counted, full and resumed, what new sockets are given, and the
-   connections' own I/O (`tls_io.h`). Each context points at it through its application data, which libcurl 7.88 does
-   not use. Written on the driver thread; the counts are read from any. */
-#include "tls_io.h"
-
-#define MW_TLS_OPENING 8
+   (one function for every context), the handshakes counted, full and resumed, and what new sockets are given. Each
+   context points at it through its application data, which libcurl does not use. Written on the driver thread; the
+   counts are read from any. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 typedef struct {
     mw_new_session_callback curl_new_session;
     unsigned long full_handshakes;
@@ -75,9 +66,6 @@ typedef struct {
     /* Sockets: TCP_USER_TIMEOUT in ms (0: the system's), TCP_CORK on each new connection (1) or not (0). */
     unsigned int user_timeout_ms;
     int cork;
-    /* Connections whose TLS context is made and whose handshake is not done yet: the context and the socket found. */
-    struct { SSL_CTX *context; int fd; } opening[MW_TLS_OPENING];
-    mw_tls_io_state io;
 } mw_tls_state;
 
 static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
@@ -87,23 +75,10 @@ static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
     if (copy && !store(ssl, copy)) SSL_SESSION_free(copy);
     return 0; /* the connection's own session is not kept */
 }
-/* The socket found for `context` when it was made, taken once. */
-static int mw_tls_take_socket(mw_tls_state *state, SSL_CTX *context) {
-    for (int i = 0; i < MW_TLS_OPENING; i++) {
-        if (state->opening[i].context != context) continue;
-        state->opening[i].context = NULL;
-        return state->opening[i].fd;
-    }
-    return -1;
-}
 static void mw_tls_info(const SSL *ssl, int where, int ret) {
     (void)ret;
     if (!(where & SSL_CB_HANDSHAKE_DONE) || SSL_num_renegotiations((SSL *)ssl) > 0) return;
     mw_tls_state *state = (mw_tls_state *)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
-    if (state) {
-        int fd = mw_tls_take_socket(state, SSL_get_SSL_CTX(ssl));
-        if (fd >= 0) mw_tls_own_io(&state->io, (SSL *)ssl, fd);
-    }
     if (!SSL_session_reused((SSL *)ssl)) {
         if (state) __atomic_fetch_add(&state->full_handshakes, 1, __ATOMIC_RELAXED);
         return;
@@ -113,6 +88,7 @@ static void mw_tls_info(const SSL *ssl, int where, int ret) {
     if (session) (void)mw_offer_session_copy((SSL *)ssl, session);
 }
 static CURLcode mw_tune_tls_context(CURL *handle, void *ssl_ctx, void *userdata) {
+    (void)handle;
     SSL_CTX *context = (SSL_CTX *)ssl_ctx;
     mw_tls_state *state = (mw_tls_state *)userdata;
     SSL_CTX_clear_mode(context, SSL_MODE_RELEASE_BUFFERS);
@@ -125,14 +101,6 @@ static CURLcode mw_tune_tls_context(CURL *handle, void *ssl_ctx, void *userdata)
     }
     SSL_CTX_set_app_data(context, state);
     SSL_CTX_set_info_callback(context, mw_tls_info);
-    if (state->io.enabled) {
-        /* libcurl 7.88 makes a context per connection: its socket is found now, its writes buffered after the handshake. */
-        int fd = mw_tls_find_socket(&state->io, handle);
-        int slot = 0;
-        for (int i = 0; i < MW_TLS_OPENING; i++) if (state->opening[i].context == context || !state->opening[i].context) { slot = i; break; }
-        state->opening[slot].context = fd >= 0 ? context : NULL;
-        state->opening[slot].fd = fd;
-    }
     return CURLE_OK;
 }
 static inline CURLcode mw_easy_tune_tls(CURL *handle, mw_tls_state *state) {
@@ -149,7 +117,7 @@ static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
 
 /* CURLOPT_SOCKOPTFUNCTION: a new TCP socket, before it connects. Data left unacknowledged `user_timeout_ms` drops the
    connection (TCP_USER_TIMEOUT); a connection's socket is corked (TCP_CORK, released at the end of each driver turn:
-   `TransferSockets`) and remembered, for its TLS writes to be buffered. */
+   `TransferSockets`). */
 #include <sys/select.h>
 static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpose) {
     mw_tls_state *state = (mw_tls_state *)clientp;
@@ -163,7 +131,6 @@ static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpo
         int on = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
     }
-    mw_tls_io_note_socket(&state->io, fd);
     return CURL_SOCKOPT_OK;
 }
 static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_tls_state *state) {
@@ -171,22 +138,6 @@ static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_tls_state *state)
     if (code != CURLE_OK) return code;
     return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, (void *)state);
 }
-static inline int mw_tls_flush_all(mw_tls_state *state, int *waiting, int capacity) {
-    return mw_tls_flush(&state->io, waiting, capacity);
-}
-/* What the TLS connections' own I/O did (`tls_io.h`): read from any thread. */
-typedef struct { unsigned long connections, records_buffered, sends, receives, peeks; } mw_tls_io_counts;
-static inline mw_tls_io_counts mw_tls_io(mw_tls_state *state) {
-    mw_tls_io_counts counts = {
-        __atomic_load_n(&state->io.connections, __ATOMIC_RELAXED),
-        __atomic_load_n(&state->io.records, __ATOMIC_RELAXED),
-        __atomic_load_n(&state->io.flushes, __ATOMIC_RELAXED),
-        __atomic_load_n(&state->io.receives, __ATOMIC_RELAXED),
-        __atomic_load_n(&state->io.peeks, __ATOMIC_RELAXED),
-    };
-    return counts;
-}
-
 /* The descriptors of curl_multi_fdset's sets that are set, up to `capacity` of them (fd_set's macros
    are not visible to Swift). Returns how many were written to `out`. */
 static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {

@@ -11,14 +11,12 @@ final class CurlTransfer {
     let easy: UnsafeMutableRawPointer
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var headerSource: [String: String]?
-    private var suppressesExpect = false
     private var url: String?
-    /// `url` parsed once (`CURLOPT_CURLU`): libcurl 7.88 otherwise parses the URL text again for every request.
+    /// `url` parsed once (`CURLOPT_CURLU`): libcurl otherwise parses the URL text again for every request, 7.88 and 8.14
+    /// alike (url.c; docs/benchmark.md: 253.7k -> 240.0k instructions per delivery on 7.88).
     private var parsedURL: OpaquePointer?
     private var method: HTTPMethod?
     private var timeoutMs = -1
-    /// The body's size, to tell whether all of it left (a GET's is 0).
-    private var bodySize = 0
     private var bodyBuffer: UnsafeMutableRawBufferPointer
     private var errorBuffer: UnsafeMutablePointer<CChar>
     var responseBody: [UInt8] = []
@@ -143,11 +141,8 @@ final class CurlTransfer {
             request.body.withUnsafeBytes { bytes in
                 if let source = bytes.baseAddress { bodyBuffer.baseAddress!.copyMemory(from: source, byteCount: bytes.count) }
             }
-            bodySize = request.body.count
             try check(mw_easy_setopt_long(easy, CURLOPT_POSTFIELDSIZE, request.body.count), "POSTFIELDSIZE")
             try check(mw_easy_setopt_ptr(easy, CURLOPT_POSTFIELDS, bodyBuffer.baseAddress), "POSTFIELDS")
-        } else {
-            bodySize = 0
         }
         try setHeaders(of: request)
     }
@@ -167,21 +162,15 @@ final class CurlTransfer {
 
     /// The header list, built again only when the request's headers differ from the last request's on this handle.
     private func setHeaders(of request: HTTPRequest) throws(HTTPError) {
-        // libcurl 7.88 asks for `Expect: 100-continue` (and waits up to a second for it) only for HTTP/1.1 bodies over
-        // 1 MiB; "Expect:" with no value removes it. Smaller bodies carry no such entry for libcurl to scan.
-        let suppressExpect = request.body.count > 1 << 20 && !request.headers.keys.contains { $0.lowercased() == "expect" }
-        if headerSource != request.headers || suppressesExpect != suppressExpect {
+        if headerSource != request.headers {
             if let headerList { curl_slist_free_all(headerList) }
             headerList = nil
-            var headers = request.headers
-            if suppressExpect { headers["Expect"] = "" }
-            for (name, value) in headers {
+            for (name, value) in request.headers {
                 // "Name:" with an empty value removes a header curl would add.
                 headerList = curl_slist_append(headerList, value.isEmpty ? "\(name):" : "\(name): \(value)")
             }
             try check(mw_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
             headerSource = request.headers
-            suppressesExpect = suppressExpect
         }
     }
 
@@ -194,21 +183,17 @@ final class CurlTransfer {
 
     /// The request failed in a way that shows the server did not act on it, so it may be sent again.
     func isUnprocessedRetryable(_ code: CURLcode) -> Bool {
-        var uploaded: curl_off_t = 0
-        _ = mw_easy_getinfo_off(easy, CURLINFO_SIZE_UPLOAD_T, &uploaded)
-        return Self.isUnprocessed(code, message: String(cString: errorBuffer),
-                                  receivedAnything: !responseHeaders.isEmpty || !responseBody.isEmpty,
-                                  bodyUnsent: Int(uploaded) < bodySize)
+        Self.isUnprocessed(code, message: String(cString: errorBuffer),
+                           receivedAnything: !responseHeaders.isEmpty || !responseBody.isEmpty)
     }
 
-    /// Nothing came back and the server provably did not act on the request: libcurl gave up retrying a refused stream
-    /// or a reused connection found closed ("Connection died"), or the HTTP/2 session ended before the body left. A bare
-    /// `CURLE_HTTP2` after the body left may have been processed, so the engine retries it later (docs/benchmark.md,
-    /// "Issue 44, items 6 and 7" and "Issue 24, fourth round").
-    static func isUnprocessed(_ code: CURLcode, message: String, receivedAnything: Bool, bodyUnsent: Bool) -> Bool {
-        guard !receivedAnything else { return false }
-        if code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR { return message.hasPrefix("Connection died") }
-        return code == CURLE_HTTP2 && bodyUnsent
+    /// Nothing came back and libcurl said "Connection died": it gave up retrying a stream the server refused
+    /// (REFUSED_STREAM, or above a GOAWAY's last stream id) or a reused connection found closed. Debian 12's libcurl 7.88
+    /// says so with a send error, 8.14 with a receive error (both: HTTP2Tests.goawayEveryTenRequests_…). Any other
+    /// error, a bare HTTP/2 one included, may have been processed: the engine retries it later as a transport failure.
+    static func isUnprocessed(_ code: CURLcode, message: String, receivedAnything: Bool) -> Bool {
+        guard !receivedAnything, code == CURLE_SEND_ERROR || code == CURLE_RECV_ERROR else { return false }
+        return message.hasPrefix("Connection died")
     }
 
     /// Hands the result to whoever started the request (exactly once).

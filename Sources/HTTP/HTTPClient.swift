@@ -80,8 +80,7 @@ public final class HTTPClient: Sendable {
         share = ShareHandle(raw: sharedSessions)
         multi = MultiHandle(raw: raw)
         tls = TLSState(userTimeoutMs: UInt32(clamping: configuration.stallTimeout.milliseconds),
-                       cork: configuration.coalesceWrites,
-                       ownTLSIO: configuration.coalesceWrites && !ProxySettings.process.hasTLSProxy)
+                       cork: configuration.coalesceWrites)
         _ = mw_multi_setopt_long(raw, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
         _ = mw_multi_setopt_long(raw, CURLMOPT_MAX_CONCURRENT_STREAMS, configuration.maxStreamsPerConnection)
         // PIPEWAIT makes transfers wait for the first connection's ALPN: on HTTP/2 they multiplex
@@ -102,20 +101,12 @@ public final class HTTPClient: Sendable {
         // cleanup has closed every connection, so no TLS context points at `tls` any more.
         let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
         assert(shareReleased, "an easy handle outlived the HTTP client's driver")
-        mw_tls_io_release(&tls.raw.pointee.io)
         tls.raw.deallocate()
         if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
     /// Connections opened so far (each TLS handshake counts once).
     public var connectionsOpened: Int { state.withLock { $0.opened } }
-
-    /// What the TLS connections' own writes and reads did so far.
-    public var tlsIO: TLSIOCounts {
-        let counts = mw_tls_io(tls.raw)
-        return TLSIOCounts(connections: Int(counts.connections), recordsBuffered: Int(counts.records_buffered),
-                           sends: Int(counts.sends), receives: Int(counts.receives), peeks: Int(counts.peeks))
-    }
 
     /// TLS handshakes so far: full ones, and ones that resumed an earlier connection's session.
     public var tlsHandshakes: TLSHandshakes {
@@ -209,9 +200,6 @@ public final class HTTPClient: Sendable {
         var idle: [CurlTransfer] = []
         /// The sockets of the transfers in progress, as `TransferSockets` reads them each turn.
         var socketScratch = [Int32](repeating: -1, count: 64)
-        /// Sockets whose buffered TLS writes did not all leave at the end of a turn (`mw_tls_flush_all`).
-        var unsentScratch = [Int32](repeating: -1, count: Int(MW_TLS_BUFFERED))
-        var waitingWrites = [curl_waitfd](repeating: curl_waitfd(), count: Int(MW_TLS_BUFFERED))
         /// An answer came over HTTP/2, and the host connection limit is the multiplexed one.
         var multiplexed = false
         /// CURLMOPT_MAX_HOST_CONNECTIONS as last set.
@@ -272,8 +260,7 @@ public final class HTTPClient: Sendable {
                 for item in turn.admit { admit(item, multi) }
                 curl_multi_perform(multi, &stillRunning)
                 harvest(multi)
-                // What this turn wrote leaves now: one send per TLS connection, one segment per connection.
-                let unsent = client.configuration.coalesceWrites ? flushWrites() : 0
+                // What this turn wrote leaves now: one segment per connection.
                 if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
@@ -284,25 +271,11 @@ public final class HTTPClient: Sendable {
                 }
                 if sleep {
                     var ready: Int32 = 0
-                    if unsent > 0 {
-                        // Sockets whose buffered writes did not all fit: the driver wakes when they take more.
-                        for index in 0..<unsent { waitingWrites[index] = curl_waitfd(fd: unsentScratch[index], events: Int16(POLLOUT), revents: 0) }
-                        curl_multi_poll(multi, &waitingWrites, UInt32(unsent), 1000, &ready)
-                    } else {
-                        curl_multi_poll(multi, nil, 0, 1000, &ready)
-                    }
+                    curl_multi_poll(multi, nil, 0, 1000, &ready)
                     client.state.withLock { $0.polling = false }
                 }
             }
             failEverything(multi)
-        }
-
-        /// Sends every TLS connection's buffered records; returns how many sockets could not take all of theirs (their
-        /// descriptors are in `unsentScratch`).
-        private func flushWrites() -> Int {
-            unsentScratch.withUnsafeMutableBufferPointer { buffer in
-                Int(mw_tls_flush_all(client.tls.raw, buffer.baseAddress, Int32(buffer.count)))
-            }
         }
 
         /// Takes cancellations and as many queued requests as there is room for; queued ones that were
@@ -492,10 +465,11 @@ public final class HTTPClient: Sendable {
             for item in pending { item.completion(.failure(HTTPError(.shutdown, "HTTP client is shut down"))) }
         }
 
-        /// Times a request the server never processed is sent again after libcurl gave up on it. libcurl 7.88 gives up
-        /// after 5 retries counted over the handle's whole life (never reset on reuse), so under steady GOAWAY churn a
-        /// reused handle gives up on the first refusal; each resend starts a fresh count. The bound keeps a server that
-        /// refuses everything from holding a slot forever: the send then fails as a transport error and is retried later.
+        /// Times a request the server never processed is sent again after libcurl gave up on it (5 retries, on 7.88
+        /// counted over the handle's whole life): both releases need it under GOAWAY churn
+        /// (HTTP2Tests.goawayEveryTenRequests_refusedStreamsAreSentAgainUntilAnswered: 811 of 2,000 sends failed
+        /// without it on 7.88, 907 on 8.14). The bound keeps a server that refuses everything from holding a slot
+        /// forever: the send then fails as a transport error and is retried later.
         static let maxResends = 20
 
         private func harvest(_ multi: UnsafeMutableRawPointer) {
@@ -540,12 +514,11 @@ public final class HTTPClient: Sendable {
 private struct TLSState: @unchecked Sendable {
     let raw: UnsafeMutablePointer<mw_tls_state>
 
-    init(userTimeoutMs: UInt32, cork: Bool, ownTLSIO: Bool) {
+    init(userTimeoutMs: UInt32, cork: Bool) {
         raw = .allocate(capacity: 1)
         raw.initialize(to: mw_tls_state())
         raw.pointee.user_timeout_ms = userTimeoutMs
         raw.pointee.cork = cork ? 1 : 0
-        raw.pointee.io.enabled = ownTLSIO ? 1 : 0
     }
 }
 

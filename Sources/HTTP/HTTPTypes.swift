@@ -97,14 +97,13 @@ public struct HTTPClientConfiguration: Sendable {
     /// No connection is reused after this age (CURLOPT_MAXLIFETIME_CONN); the next request opens a new one.
     public var maxConnectionAge: Duration = .seconds(600)
     /// Each driver turn's writes leave as one TCP segment per connection (TCP_CORK, released at the end of every
-    /// turn): an HTTP/2 send is then not two segments of its own. A TLS connection's records also leave with one send
-    /// per turn, and are read with one recv each (`tls_io.h` in the CCurl shim; not through an https:// proxy). Off,
-    /// every frame is sent as it is written, by libcurl.
+    /// turn): an HTTP/2 send is then not two segments of its own. Off, every frame leaves as it is written.
     public var coalesceWrites = true
 
     /// Connections to one HTTP/2 host: enough streams for `maxInFlight`, and one more for the turnover after a
-    /// GOAWAY. Past `maxStreamsPerConnection`, libcurl 7.88 opens a connection for every waiting transfer (counted in
-    /// docs/benchmark.md); with this bound they wait for a stream instead.
+    /// GOAWAY. Past `maxStreamsPerConnection`, Debian 12's libcurl 7.88 opens a connection for every waiting transfer
+    /// (HTTP2Tests.moreInFlightThanAConnectionsStreams_opensOnlyTheConnectionsMultiplexingNeeds: 151 without the bound;
+    /// not needed on 8.14, which waits for a stream).
     public var multiplexedHostConnections: Int {
         (max(1, maxInFlight) + max(1, maxStreamsPerConnection) - 1) / max(1, maxStreamsPerConnection) + 1
     }
@@ -173,21 +172,6 @@ extension ErrorCode where Family == HTTPError {
     public static let invalidRequest = Self("invalidRequest")
     /// The calling task was cancelled; the request was abandoned (the server may have received it).
     public static let cancelled = Self("cancelled")
-}
-
-/// What an HTTP client's TLS connections did with their socket once their handshake was done (each connection's
-/// records written with one send per driver turn, read with one recv each).
-public struct TLSIOCounts: Sendable, Equatable {
-    /// Connections whose records went through the client's own buffering (the others keep libcurl's writes).
-    public var connections: Int
-    /// Records written into those connections' buffers.
-    public var recordsBuffered: Int
-    /// `send` calls that carried the buffers to the sockets.
-    public var sends: Int
-    /// `recv` calls that took records (each takes one record, or the part of it that had arrived).
-    public var receives: Int
-    /// `recv(MSG_PEEK)` calls that looked at what had arrived.
-    public var peeks: Int
 }
 
 /// TLS handshakes of a client's connections: `full` ones (certificates exchanged and verified) and `resumed` ones

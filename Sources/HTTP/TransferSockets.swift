@@ -2,12 +2,13 @@ import CCurl
 import Glibc
 
 /// What the client does to the TCP sockets libcurl opens for it: a stall bound (TCP_USER_TIMEOUT), and a cork
-/// (TCP_CORK) released after every driver turn, so the HTTP/2 frames libcurl 7.88 writes one by one leave as one segment
-/// (docs/benchmark.md, "Issue 24, second round"). The sockets to release come from libcurl (`curl_multi_fdset`), never
-/// from a list of our own, so a descriptor the kernel has given to someone else is never touched.
+/// (TCP_CORK) released after every driver turn, so a turn's writes leave as one segment. Debian 12's libcurl 7.88 writes
+/// each HTTP/2 frame on its own (docs/benchmark.md, "Issue 24, second round"); 8.14 writes one per send, which the cork
+/// still joins (not measured there). The sockets to release come from libcurl (`curl_multi_fdset`), never from a list
+/// of our own, so a descriptor the kernel has given to someone else is never touched.
 enum TransferSockets {
     /// Installs the socket-creation callback (`mw_socket_created` in the CCurl shim): TCP_USER_TIMEOUT and TCP_CORK as
-    /// `tls` says, and the socket remembered for its connection's TLS writes.
+    /// `tls` says.
     static func install(on easy: UnsafeMutableRawPointer, tls: UnsafeMutablePointer<mw_tls_state>) -> CURLcode {
         mw_easy_setopt_sockopt(easy, tls)
     }

@@ -61,32 +61,11 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened == 1)
     }
 
-    /// Once a connection's handshake is done its records are the client's to write and read (`tls_io.h`): each turn's
-    /// records leave in one send per connection, and each record is read with one recv, a look at the socket serving
-    /// several. Over TLS 1.2 and TLS 1.3 (whose session tickets arrive after the handshake).
-    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
-    func thousandSends_recordsLeaveOneSendPerTurn_andAreReadOneRecvEach(tlsProtocol: String) async throws {
-        let (nginx, sender, _) = try Self.rig(tlsProtocols: tlsProtocol)
-        defer { nginx.stop(); sender.shutdown() }
-        let outcomes = await Self.sendThousand(sender)
-        #expect(outcomes.allSatisfy { if case .sent = $0 { true } else { false } })
-        let io = sender.http.tlsIO
-        #expect(io.connections >= 1)
-        #expect(io.connections == sender.http.connectionsOpened, "a connection kept libcurl's own writes: \(io)")
-        // Each send is a HEADERS and a DATA record.
-        #expect(io.recordsBuffered >= 2000, "\(io)")
-        #expect(io.sends * 4 <= io.recordsBuffered, "records left one send each: \(io)")
-        // Each answer is at least one record, each record one recv (OpenSSL alone: two, its header and its body).
-        #expect(io.receives >= 1000, "\(io)")
-        #expect(io.peeks < io.receives, "\(io)")
-    }
-
-    /// Twenty bodies of 300 KB at once on one connection, together far more than its buffer (64 KB): the buffer fills
-    /// and waits for the socket, and every byte arrives (nginx reads each body whole before it answers, and TLS would
-    /// refuse a record out of order). nginx's `/read-body/` reads the body first: its plain `return` answers at the
-    /// headers and resets a stream still sending, which libcurl 7.88 fails whichever I/O it runs on (5 runs in 25).
+    /// Twenty bodies of 300 KB at once on one TLS connection, far more than a socket buffer and HTTP/2's flow-control
+    /// window: every byte arrives (nginx reads each body whole before it answers). nginx's `/read-body/` reads the body
+    /// first: its plain `return` answers at the headers and resets a stream still sending, which libcurl 7.88 fails.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
-    func largeBodies_fillTheBuffer_andEveryRequestIsAnswered() async throws {
+    func largeBodies_twentyAtOnceOnOneConnection_everyRequestIsAnswered() async throws {
         let (nginx, sender, base) = try Self.rig()
         defer { nginx.stop(); sender.shutdown() }
         let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
@@ -100,9 +79,6 @@ struct HTTP2Tests {
             return await group.reduce(into: []) { $0.append($1) }
         }
         #expect(answers == Array(repeating: "200", count: 20))
-        let io = sender.http.tlsIO
-        #expect(io.connections >= 1)
-        #expect(io.recordsBuffered >= 20 * 300_000 / 16_384, "\(io)")
         #expect(sender.http.connectionsOpened == 1)
     }
 
@@ -149,17 +125,16 @@ struct HTTP2Tests {
 
     /// Every connection opened after the first resumes a TLS session (no certificate sent, signed or verified again),
     /// over TLS 1.2 (by ticket: nginx keeps no session cache) and TLS 1.3 (FCM's), whichever of the client's easy
-    /// handles opens it. Before, none did: libcurl 7.88 asks for no TLS 1.2 ticket, keeps sessions per easy handle,
-    /// and keeps the very session its connection used, which OpenSSL marks not resumable when nginx ends the
-    /// connection without a close_notify.
+    /// handles opens it. Without `mw_tune_tls_context` none does: libcurl 7.88 and 8.14 ask for no TLS 1.2 ticket, and
+    /// 7.88 keeps the very session its connection used, which OpenSSL marks not resumable when nginx ends the
+    /// connection without a close_notify (TLS 1.2 and 1.3).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"), arguments: ["TLSv1.2", "TLSv1.3"])
     func connectionsAfterAGoaway_resumeTheTLSSession(tlsProtocol: String) async throws {
         let (connections, counted, metric) = try await Self.handshakesUnderGoaway(tlsProtocols: tlsProtocol)
         let full = connections.values.filter { !$0 }.count
         #expect(connections.count >= 20, "\(connections.count) connections")
         // The first connection (the token's and the first sends') cannot resume; up to two more may open before its
-        // session ticket has been read (TLS 1.3 sends tickets after the handshake: 3 full handshakes in 1 of 14 runs,
-        // with libcurl's own TLS I/O as with the client's).
+        // session ticket has been read (TLS 1.3 sends tickets after the handshake: 3 full handshakes in 1 of 14 runs).
         #expect(full <= 3, "\(full) of \(connections.count) connections made a full handshake")
         // The client counts what nginx saw, and the metric says it.
         #expect(counted == TLSHandshakes(full: full, resumed: connections.count - full), "nginx: \(full) full of \(connections.count)")
@@ -180,9 +155,9 @@ struct HTTP2Tests {
 
     /// GOAWAY after every 10 requests with 100 in flight: most streams are refused, again and again, so libcurl gives
     /// up on many ("Connection died"); the client sends those again. nginx answers every send that succeeded exactly
-    /// once and none that failed. Rarely (1 run in 30 here) libcurl 7.88 fails a stream whose body had left with a bare
-    /// HTTP/2 error on a session past its GOAWAY: not provably unprocessed, so not sent again by the client; the engine
-    /// retries it later like any transport error.
+    /// once and none that failed. Without the resends, 7.88 and 8.14 alike fail 800-950 of the 2,000. Rarely libcurl
+    /// fails a stream with a bare HTTP/2 error on a session past its GOAWAY: not provably unprocessed, so not sent again
+    /// by the client; the engine retries it later like any transport error.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func goawayEveryTenRequests_refusedStreamsAreSentAgainUntilAnswered() async throws {
         let (nginx, sender, _) = try Self.rig(keepaliveRequests: 10)
@@ -198,7 +173,8 @@ struct HTTP2Tests {
     }
 
     /// More in flight than one connection's streams (250 at 100 streams each): the sends share 3 connections plus
-    /// one for turnover, where libcurl 7.88 would otherwise open a connection for each transfer past the first 100.
+    /// one for turnover, where Debian 12's libcurl 7.88 would otherwise open a connection for each transfer past the
+    /// first 100 (151 connections; 8.14 makes them wait for a stream).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func moreInFlightThanAConnectionsStreams_opensOnlyTheConnectionsMultiplexingNeeds() async throws {
         let (nginx, sender, _) = try Self.rig(maxInFlight: 250)

@@ -10,33 +10,28 @@ import Testing
 
 @Suite("Requests a server never processed")
 struct UnprocessedRetryTests {
-    /// libcurl 7.88 gives up on a refused stream with the receive error that started its last retry, not only with a
-    /// send error: both are sent again. An answer begun, or any other failure, is not.
+    /// libcurl gives up on a refused stream with a send error (Debian 12's 7.88) or a receive error (8.14): both are
+    /// sent again. An answer begun, or any other failure, is not.
     @Test func connectionDied_asSendOrReceiveError_isSentAgain() {
         let died = "Connection died, tried 5 times before giving up"
-        #expect(CurlTransfer.isUnprocessed(CURLE_SEND_ERROR, message: died, receivedAnything: false, bodyUnsent: false))
-        #expect(CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: died, receivedAnything: false, bodyUnsent: false))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: died, receivedAnything: true, bodyUnsent: false))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: "Recv failure: Connection reset by peer", receivedAnything: false,
-                                            bodyUnsent: true))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_OPERATION_TIMEDOUT, message: died, receivedAnything: false, bodyUnsent: true))
+        #expect(CurlTransfer.isUnprocessed(CURLE_SEND_ERROR, message: died, receivedAnything: false))
+        #expect(CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: died, receivedAnything: false))
+        #expect(!CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: died, receivedAnything: true))
+        #expect(!CurlTransfer.isUnprocessed(CURLE_RECV_ERROR, message: "Recv failure: Connection reset by peer", receivedAnything: false))
+        #expect(!CurlTransfer.isUnprocessed(CURLE_OPERATION_TIMEDOUT, message: died, receivedAnything: false))
     }
 
-    /// A stream libcurl could not start on a session past its GOAWAY fails as an HTTP/2 error before its body left:
-    /// sent again. After the body left, a bare HTTP/2 error is not (libcurl 7.88 ends a processed stream whose answer
-    /// it could not take that way too), nor is anything once an answer has begun.
-    @Test func http2Error_isSentAgainOnlyBeforeTheBodyLeft() {
-        #expect(CurlTransfer.isUnprocessed(CURLE_HTTP2, message: "", receivedAnything: false, bodyUnsent: true))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2, message: "", receivedAnything: false, bodyUnsent: false))
+    /// A bare HTTP/2 error is never sent again, explained or not: libcurl ends that way a processed stream whose answer
+    /// it could not take, too.
+    @Test func http2Error_isNotSentAgain() {
+        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2, message: "", receivedAnything: false))
         let explained = "nghttp2_session_mem_recv() returned -902:The user callback function failed"
-        #expect(CurlTransfer.isUnprocessed(CURLE_HTTP2, message: explained, receivedAnything: false, bodyUnsent: true))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2, message: explained, receivedAnything: false, bodyUnsent: false))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2, message: "", receivedAnything: true, bodyUnsent: true))
-        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2_STREAM, message: "", receivedAnything: false, bodyUnsent: false))
+        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2, message: explained, receivedAnything: false))
+        #expect(!CurlTransfer.isUnprocessed(CURLE_HTTP2_STREAM, message: "", receivedAnything: false))
     }
 
     /// A server that processed a request and went away with an answer the client's nghttp2 rejected (its GOAWAY's last
-    /// stream is that request's): libcurl 7.88 fails the send with a bare HTTP/2 error, as it fails the last stream a
+    /// stream is that request's): libcurl fails the send with a bare HTTP/2 error, as it fails the last stream a
     /// GOAWAY refuses. Nothing proves it unprocessed, so it is not sent again: the send comes back as a transport
     /// failure for the engine to retry (counted in its attempts), and the server processed it once (21 times before).
     @Test func aStreamTheServerProcessed_whoseAnswerWasRejected_isNotSentAgain() async throws {

@@ -10,11 +10,6 @@ bundle=$1; shift
 export LD_LIBRARY_PATH=/opt/swift/usr/lib/swift/linux   # the Swift runtime, not installed in the container
 export NO_COLOR=1
 KNOWN=(
-  # The client's own TLS record I/O (Sources/CCurl/tls_io.h) takes over no connection under libcurl 8.14: its
-  # counters stay 0 (io.connections 0, records 0) while every request is still answered, through libcurl's own
-  # I/O. Issue 46.3 (keep tls_io.h only if it earns its place on 8.14, or delete it): being changed in Sources/CCurl.
-  "thousandSends_recordsLeaveOneSendPerTurn_andAreReadOneRecvEach|tls_io.h inactive under libcurl 8.14 (issue 46.3)"
-  "largeBodies_fillTheBuffer_andEveryRequestIsAnswered|tls_io.h inactive under libcurl 8.14 (issue 46.3)"
 )
 known_reason() { local k; for k in "${KNOWN[@]}"; do [[ "${k%%|*}" == "$1" ]] && { echo "${k#*|}"; return 0; }; done; return 1; }
 
