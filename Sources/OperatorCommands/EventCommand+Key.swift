@@ -28,15 +28,15 @@ extension EventCommand {
             patient = parts.joined(separator: ":")
         }
         // One branch per unsettled status, so each reads that status's partial index, never the DONE bulk of the table.
-        func branch(_ status: String) -> PostgresQuery {
+        func branch(_ status: OutboxStatus) -> PostgresQuery {
             """
             SELECT \(sql: Event.columns) FROM "PushOutbox" o
-            WHERE o.status = \(status) AND o."eventKey" IS NULL
+            WHERE o.status = \(status.rawValue) AND o."eventKey" IS NULL
               AND (o.payload->>'recordingGroupId' = \(rest)
                    OR (o."patientId" = \(patient) AND o.payload->>'date' = \(date) AND o.payload->>'slot' = \(slot)))
             """
         }
-        return "\(sql: branch("PENDING")) UNION ALL \(sql: branch("EXPIRED")) UNION ALL \(sql: branch("DEAD")) ORDER BY id DESC LIMIT 100"
+        return "\(sql: branch(.pending)) UNION ALL \(sql: branch(.expired)) UNION ALL \(sql: branch(.dead)) ORDER BY id DESC LIMIT 100"
     }
 }
 

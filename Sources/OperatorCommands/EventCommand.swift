@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Outbox
 import Postgres
 
 /// `event ID|EVENT_KEY`: one outbox event, every delivery of its patient and key, and the devices not sent to because
@@ -48,7 +49,7 @@ struct EventCommand: OperatorCommand {
         var eventType: String
         var patientId: String
         var eventKey: String?
-        var status: String
+        var status: OutboxStatus
         var attempts: Int
         var createdAt: Date
         var availableAt: Date
@@ -63,7 +64,7 @@ struct EventCommand: OperatorCommand {
             .object([
                 "id": .number(Double(id)), "eventType": .string(eventType), "patientId": .string(patientId),
                 "eventKey": CommandValues.text(eventKey), "computedEventKey": CommandValues.text(computedKey),
-                "status": .string(status), "attempts": .number(Double(attempts)),
+                "status": .string(status.rawValue), "attempts": .number(Double(attempts)),
                 "createdAt": CommandValues.timestamp(createdAt), "availableAt": CommandValues.timestamp(availableAt),
                 "processedAt": CommandValues.timestamp(processedAt), "leasedBy": CommandValues.text(leasedBy),
                 "leaseExpiresAt": CommandValues.timestamp(leaseExpiresAt), "lastError": CommandValues.text(lastError),
@@ -82,7 +83,7 @@ struct EventCommand: OperatorCommand {
             eventType = try row["event_type"].string()
             patientId = try row["patient_id"].string()
             eventKey = row["event_key"].optionalString()
-            status = try row["status"].string()
+            status = try row["status"].decode(OutboxStatus.self)
             attempts = try row["attempts"].int()
             createdAt = try row["created_at"].date()
             availableAt = try row["available_at"].date()
@@ -100,7 +101,7 @@ struct EventCommand: OperatorCommand {
         var deviceId: String
         var token: String
         var deviceEnabled: Bool?
-        var status: String
+        var status: DeliveryStatus
         var attempts: Int
         var lastError: String?
         var createdAt: Date
@@ -110,7 +111,7 @@ struct EventCommand: OperatorCommand {
         var json: JSONValue {
             .object([
                 "id": .string(id), "pushDeviceId": .string(deviceId), "token": .string(token),
-                "deviceEnabled": deviceEnabled.map(JSONValue.bool) ?? .null, "status": .string(status),
+                "deviceEnabled": deviceEnabled.map(JSONValue.bool) ?? .null, "status": .string(status.rawValue),
                 "attempts": .number(Double(attempts)), "lastError": CommandValues.text(lastError),
                 "createdAt": CommandValues.timestamp(createdAt), "sentAt": CommandValues.timestamp(sentAt),
                 "fcmMessageId": CommandValues.text(fcmMessageId),
@@ -197,11 +198,11 @@ struct EventCommand: OperatorCommand {
 
         var text: String {
             var lines = [
-                "event \(event.id)  \(event.status)  \(CommandValues.printable(event.eventType))  patient \(CommandValues.printable(event.patientId))",
+                "event \(event.id)  \(event.status.rawValue)  \(CommandValues.printable(event.eventType))  patient \(CommandValues.printable(event.patientId))",
                 "  key:        \(event.keyLine)",
                 "  created:    \(CommandValues.timestamp(event.createdAt))  (expires unsent after EVENT_MAX_AGE \(CommandValues.age(eventMaxAge.asSeconds)))",
                 // Only a PENDING event is due again; a finished one's "availableAt" is where its last lease left it.
-                "  attempts:   \(event.attempts)" + (event.status == "PENDING" ? "  next due \(CommandValues.timestamp(event.availableAt))" : ""),
+                "  attempts:   \(event.attempts)" + (event.status == .pending ? "  next due \(CommandValues.timestamp(event.availableAt))" : ""),
             ]
             if let processedAt = event.processedAt { lines.append("  finished:   \(CommandValues.timestamp(processedAt))") }
             if let leasedBy = event.leasedBy, let until = event.leaseExpiresAt {
@@ -212,7 +213,7 @@ struct EventCommand: OperatorCommand {
             if !deliveries.isEmpty {
                 let rows = deliveries.map { delivery in
                     [delivery.id, delivery.deviceId, delivery.token, delivery.deviceEnabled.map { $0 ? "yes" : "no" } ?? "gone",
-                     delivery.status, String(delivery.attempts), delivery.sentAt.map(CommandValues.timestamp) ?? "-",
+                     delivery.status.rawValue, String(delivery.attempts), delivery.sentAt.map(CommandValues.timestamp) ?? "-",
                      delivery.fcmMessageId ?? "-", delivery.lastError ?? "-"]
                 }
                 lines.append(CommandValues.table(["DELIVERY", "DEVICE", "TOKEN", "ENABLED", "STATUS", "ATTEMPTS", "SENT AT", "FCM MESSAGE", "LAST ERROR"], rows))
@@ -248,7 +249,7 @@ struct EventCommand: OperatorCommand {
                 let deliveries = try (event.eventKey ?? event.computedKey).map { key in
                     try connection.query(Self.deliveriesQuery(key: key, patient: event.patientId)).map { row in
                         Delivery(id: try row["id"].string(), deviceId: try row["device_id"].string(), token: row["token"].optionalString() ?? "…",
-                                 deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].string(),
+                                 deviceEnabled: row["enabled"].isNull ? nil : try row["enabled"].bool(), status: try row["status"].decode(DeliveryStatus.self),
                                  attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),
                                  createdAt: try row["created_at"].date(), sentAt: try row["sent_at"].optionalDate(),
                                  fcmMessageId: row["message_id"].optionalString())

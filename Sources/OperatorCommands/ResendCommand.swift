@@ -167,9 +167,10 @@ struct ResendCommand: OperatorCommand {
                     guard let delivery = try connection.query(Self.deliveryQuery(id: id)).first else {
                         throw CommandFailure("no delivery has id \(id)", details: ["delivery": .string(id)])
                     }
-                    let status = try delivery["status"].string()
-                    guard status == "FAILED" else {
-                        throw CommandFailure("delivery \(id) is \(status), not FAILED", details: ["delivery": .string(id), "status": .string(status)])
+                    let status = try delivery["status"].decode(DeliveryStatus.self)
+                    guard status == .failed else {
+                        throw CommandFailure("delivery \(id) is \(status.rawValue), not FAILED",
+                                             details: ["delivery": .string(id), "status": .string(status.rawValue)])
                     }
                     eventRows = try connection.query(Self.eventQuery(delivery: id))
                     guard !eventRows.isEmpty else {

@@ -14,7 +14,7 @@ struct InstanceHeartbeat: PeriodicJob {
 
     func runOnce(until stop: StopSignal) async throws -> Int {
         let live = try await instances.heartbeat(version: WorkerApp.version)
-        failures.withLock { $0 = 0 }
+        failures.set(0)
         onLive(live)
         return live
     }
@@ -22,11 +22,7 @@ struct InstanceHeartbeat: PeriodicJob {
     func rest(after round: Int?) async -> Duration { LiveInstances.heartbeatInterval }
 
     func roundFailed(_ error: any Error) {
-        let count = failures.withLock { count in
-            count += 1
-            return count
-        }
-        if count == 1 { logger.warning("instance heartbeat failed", metadata: ["error": "\(error)"]) }
+        if failures.increment() == 1 { logger.warning("instance heartbeat failed", metadata: ["error": "\(error)"]) }
     }
 
     func finished() async { try? await instances.leave() }

@@ -22,11 +22,7 @@ struct SendBudgetShare: Sendable {
     func live(_ live: Int) {
         let share = Self.share(of: budget, live: live)
         sender.setSendBudget(perSecond: share)
-        let changed = lastLive.withLock { last in
-            defer { last = live }
-            return last != live
-        }
-        if changed {
+        if lastLive.set(live) != live {
             logger.info("FCM send budget shared", metadata: [
                 "fcm.budget": "\(budget)/s", "instances.live": "\(live)", "fcm.send_rate_limit": "\(Int(share.rounded(.down)))/s",
             ])

@@ -63,7 +63,7 @@ struct StatusRefresher: PeriodicJob {
         }
         guard let status = try await refresh(until: stop) else { return nil }
         health.set(.database, .ok)
-        failures.withLock { $0 = 0 }
+        failures.set(0)
         let sent = metrics.value("push_deliveries_total", labels: ["result": "sent"]) ?? 0
         notifier.notify("STATUS=sent \(Int(sent)), backlog \(status.events[.pending] ?? 0), dead \(status.events[.dead] ?? 0)")
         return status
@@ -72,10 +72,7 @@ struct StatusRefresher: PeriodicJob {
     func rest(after round: QueueGauges.Snapshot??) async -> Duration { .seconds(5) }
 
     func roundFailed(_ error: any Error) {
-        let failures = failures.withLock { count in
-            count += 1
-            return count
-        }
+        let failures = failures.increment()
         health.set(.database, .down(Daemon.readiness(of: error)))
         notifier.notify("STATUS=database unavailable: retrying")
         if failures == 1 { logger.warning("database check failed", metadata: ["error": Daemon.loggable(error)]) }
