@@ -84,10 +84,7 @@ public enum FCMResponseClassifier {
     /// A device is disabled only on evidence against its token, never on a fault of the project,
     /// the network or a proxy.
     public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Date = Date()) -> Result {
-        if status == 200 {
-            if let name = fastName(body) { return .outcome(.sent(messageName: name)) }
-            return .outcome(.sent(messageName: JSONValue.parse(bytes: body)?["name"]?.stringValue ?? ""))
-        }
+        if status == 200 { return .outcome(.sent(messageName: JSONValue.parse(bytes: body)?["name"]?.stringValue ?? "")) }
         let error = GoogleError.parse(body)
         let code = error?.fcmErrorCode
         let retryAfter = headers["retry-after"].flatMap { parseRetryAfter($0, now: now) }
@@ -134,40 +131,6 @@ public enum FCMResponseClassifier {
         }
         if status == 404 { return .projectFault(reason: "HTTP 404 \(error.status ?? "")".trimmingWhitespace(), retryAfter: retryAfter) }
         return .outcome(.permanentFailure(reason: code ?? error.status ?? "HTTP \(status)"))
-    }
-
-    /// FCM's success body is `{"name": "projects/…/messages/…"}`: read the name without a JSON parser
-    /// when it has that exact shape (no escapes); nil sends the caller to the full parser.
-    private static let nameKey = Array(#""name""#.utf8)
-
-    package static func fastName(_ body: [UInt8]) -> String? {
-        guard body.count < 512, let start = firstIndex(after: nameKey, in: body) else { return nil }
-        var index = start
-        func skipSpace() {
-            while index < body.count, body[index] == 0x20 || body[index] == 0x0A || body[index] == 0x0D || body[index] == 0x09 { index += 1 }
-        }
-        skipSpace()
-        guard index < body.count, body[index] == 0x3A else { return nil }
-        index += 1
-        skipSpace()
-        guard index < body.count, body[index] == 0x22 else { return nil }
-        let valueStart = index + 1
-        guard let valueEnd = body[valueStart...].firstIndex(of: 0x22), !body[valueStart..<valueEnd].contains(0x5C) else { return nil }
-        index = valueEnd + 1
-        skipSpace()
-        guard index < body.count, body[index] == 0x7D else { return nil }
-        return String(decoding: body[valueStart..<valueEnd], as: UTF8.self)
-    }
-
-    /// The index just past the first occurrence of `needle` in `haystack` (a plain scan: both are short).
-    private static func firstIndex(after needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        guard let first = needle.first, haystack.count >= needle.count else { return nil }
-        var index = 0
-        while index <= haystack.count - needle.count {
-            if haystack[index] == first, haystack[index..<index + needle.count].elementsEqual(needle) { return index + needle.count }
-            index += 1
-        }
-        return nil
     }
 
     /// `Retry-After` as delta-seconds or an HTTP-date (RFC 9110 §10.2.3, IMF-fixdate

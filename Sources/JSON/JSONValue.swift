@@ -7,8 +7,9 @@ public enum JSONValue: Sendable, Equatable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    /// Parses JSON text (RFC 8259) over its UTF-8 bytes; nil when it is not valid JSON. Runs once per
-    /// outbox row, so it avoids Foundation's decoders; nesting is bounded so no input can exhaust the stack.
+    /// Parses JSON text (RFC 8259) over its UTF-8 bytes; nil when it is not valid JSON. Reads every outbox payload and
+    /// FCM answer, where `JSONDecoder` costs 3–4 times as much (docs/benchmark.md, "JSON and timestamps read by
+    /// Foundation"); nesting is bounded so no input can exhaust the stack.
     public static func parse(_ text: String) -> JSONValue? {
         var copy = text
         return copy.withUTF8 { bytes in

@@ -42,12 +42,13 @@ public struct DoseTakenEvent: Sendable, Equatable {
         init(_ reason: String) { self.reason = reason }
     }
 
-    /// Validates one outbox row. Every refusal names the field and what was wrong.
+    /// Validates one outbox row. Every refusal names the field and what was wrong. The payload is read with `JSONValue`
+    /// (docs/benchmark.md, "JSON and timestamps read by Foundation": `JSONDecoder` costs several µs more per event).
     public static func parse(eventType: String, patientId: String, payload: String) throws(Invalid) -> DoseTakenEvent {
         try checkRow(eventType: eventType, patientId: patientId)
-        // The usual shape is read in one pass; anything else goes to the JSON parser, which reads it the same way.
-        if let scanned = PayloadFields.scan(payload) { return try validate(scanned, patientId: patientId) }
-        return try validate(PayloadFields(parsing: payload), patientId: patientId)
+        guard let json = JSONValue.parse(payload) else { throw Invalid("payload is not valid JSON") }
+        guard case .object(let members) = json else { throw Invalid("payload is a JSON \(json.typeName), expected an object") }
+        return try validate(members, patientId: patientId)
     }
 
     /// The row's columns beside the payload: the event type, and a patient id within bounds.
@@ -65,15 +66,16 @@ public struct DoseTakenEvent: Sendable, Equatable {
         }
     }
 
-    static func validate(_ fields: PayloadFields, patientId: String) throws(Invalid) -> DoseTakenEvent {
-        let date = try string(fields.date, "date")
+    /// The payload's members that make the event, checked; the others are ignored.
+    static func validate(_ members: [String: JSONValue], patientId: String) throws(Invalid) -> DoseTakenEvent {
+        let date = try string(members["date"], "date")
         guard TimestampReader.isCalendarDate(date) else { throw Invalid("payload.date \"\(date.prefix(32))\" is not a YYYY-MM-DD calendar date") }
-        let slot = try string(fields.slot, "slot")
+        let slot = try string(members["slot"], "slot")
         guard slots.contains(slot) else {
             throw Invalid("payload.slot \"\(slot.prefix(32))\" is not one of bedtime, evening, morning, noon")
         }
         var recordingGroupId: String?
-        switch fields.recordingGroupId {
+        switch members["recordingGroupId"] {
         case nil, .null?: recordingGroupId = nil
         case .string(let value)?:
             guard !value.isEmpty else { throw Invalid("payload.recordingGroupId is an empty string (omit it or use null)") }
@@ -86,9 +88,9 @@ public struct DoseTakenEvent: Sendable, Equatable {
             recordingGroupId = value
         case let other?: throw Invalid("payload.recordingGroupId is a \(other.typeName), expected a string or null")
         }
-        let withinTime = try bool(fields.withinTime, "withinTime", required: true) ?? false
-        let isPrn = try bool(fields.isPrn, "isPrn", required: false) ?? false
-        let takenAtText = try string(fields.takenAt, "takenAt")
+        let withinTime = try bool(members["withinTime"], "withinTime", required: true) ?? false
+        let isPrn = try bool(members["isPrn"], "isPrn", required: false) ?? false
+        let takenAtText = try string(members["takenAt"], "takenAt")
         guard let takenAt = TimestampReader.rfc3339(takenAtText) else {
             throw Invalid("payload.takenAt \"\(takenAtText.prefix(40))\" is not ISO-8601 with a UTC offset")
         }
@@ -96,7 +98,7 @@ public struct DoseTakenEvent: Sendable, Equatable {
                               withinTime: withinTime, isPrn: isPrn, takenAt: takenAt)
     }
 
-    private static func string(_ member: PayloadFields.Member?, _ key: String) throws(Invalid) -> String {
+    private static func string(_ member: JSONValue?, _ key: String) throws(Invalid) -> String {
         switch member {
         case .string(let value)?: return value
         case nil, .null?: throw Invalid("payload.\(key) is missing")
@@ -104,7 +106,7 @@ public struct DoseTakenEvent: Sendable, Equatable {
         }
     }
 
-    private static func bool(_ member: PayloadFields.Member?, _ key: String, required: Bool) throws(Invalid) -> Bool? {
+    private static func bool(_ member: JSONValue?, _ key: String, required: Bool) throws(Invalid) -> Bool? {
         switch member {
         case .bool(let value)?: return value
         case nil, .null?:
@@ -120,150 +122,5 @@ public struct DoseTakenEvent: Sendable, Equatable {
         let ofDay = ((seconds % 86_400) + 86_400) % 86_400
         let hour = ofDay / 3600, minute = ofDay % 3600 / 60
         return (hour < 10 ? "0" : "") + String(hour) + ":" + (minute < 10 ? "0" : "") + String(minute)
-    }
-}
-
-/// The members of a payload that `DoseTakenEvent` reads; the others are ignored.
-struct PayloadFields {
-    enum Member {
-        case string(String)
-        case bool(Bool)
-        case null
-        /// A number, an array or an object: only its type is reported.
-        case other(typeName: String)
-
-        init(_ value: JSONValue) {
-            switch value {
-            case .string(let text): self = .string(text)
-            case .bool(let flag): self = .bool(flag)
-            case .null: self = .null
-            default: self = .other(typeName: value.typeName)
-            }
-        }
-
-        var typeName: String {
-            switch self {
-            case .string: "string"
-            case .bool: "boolean"
-            case .null: "null"
-            case .other(let typeName): typeName
-            }
-        }
-    }
-
-    var date: Member?
-    var slot: Member?
-    var recordingGroupId: Member?
-    var withinTime: Member?
-    var isPrn: Member?
-    var takenAt: Member?
-
-    init() {}
-
-    init(_ members: [String: JSONValue]) {
-        date = members["date"].map(Member.init)
-        slot = members["slot"].map(Member.init)
-        recordingGroupId = members["recordingGroupId"].map(Member.init)
-        withinTime = members["withinTime"].map(Member.init)
-        isPrn = members["isPrn"].map(Member.init)
-        takenAt = members["takenAt"].map(Member.init)
-    }
-
-    /// Reads any payload with the JSON parser; refuses text that is not a JSON object.
-    init(parsing payload: String) throws(DoseTakenEvent.Invalid) {
-        guard let json = JSONValue.parse(payload) else { throw DoseTakenEvent.Invalid("payload is not valid JSON") }
-        guard case .object(let members) = json else { throw DoseTakenEvent.Invalid("payload is a JSON \(json.typeName), expected an object") }
-        self.init(members)
-    }
-
-    /// Reads the usual payload, PostgreSQL's text of a flat jsonb object, in one pass without building a dictionary
-    /// (this runs once per claimed event). Only what it reads exactly as the JSON parser would is taken: an object
-    /// whose keys are ASCII without escapes and whose values are strings without escapes, `true`, `false` or `null`.
-    /// Anything else (a number, a nested value, an escape, a key outside ASCII, text that is not JSON) returns nil,
-    /// and the JSON parser reads the payload instead; the last of repeated keys wins in both.
-    static func scan(_ payload: String) -> PayloadFields? {
-        var text = payload
-        return text.withUTF8 { bytes -> PayloadFields? in
-            var index = 0
-            let count = bytes.count
-            func skipSpace() {
-                while index < count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
-                    index += 1
-                }
-            }
-            /// The bytes of a string without escapes or control bytes, the opening quote at `index`.
-            func plainString(asciiOnly: Bool) -> Range<Int>? {
-                index += 1
-                let start = index
-                while index < count {
-                    let byte = bytes[index]
-                    if byte == 0x22 { index += 1; return start..<(index - 1) }
-                    if byte == 0x5C || byte < 0x20 || (asciiOnly && byte >= 0x80) { return nil }
-                    index += 1
-                }
-                return nil
-            }
-            func literal(_ word: StaticString) -> Bool {
-                let length = word.utf8CodeUnitCount
-                guard index + length <= count else { return false }
-                for offset in 0..<length where bytes[index + offset] != word.utf8Start[offset] { return false }
-                index += length
-                return true
-            }
-            func matches(_ key: Range<Int>, _ name: StaticString) -> Bool {
-                guard key.count == name.utf8CodeUnitCount else { return false }
-                for offset in 0..<key.count where bytes[key.lowerBound + offset] != name.utf8Start[offset] { return false }
-                return true
-            }
-
-            var fields = PayloadFields()
-            skipSpace()
-            guard index < count, bytes[index] == 0x7B else { return nil }
-            index += 1
-            skipSpace()
-            if index < count, bytes[index] == 0x7D {
-                index += 1
-            } else {
-                while true {
-                    skipSpace()
-                    guard index < count, bytes[index] == 0x22, let key = plainString(asciiOnly: true) else { return nil }
-                    skipSpace()
-                    guard index < count, bytes[index] == 0x3A else { return nil }
-                    index += 1
-                    skipSpace()
-                    guard index < count else { return nil }
-                    let member: Member
-                    switch bytes[index] {
-                    case 0x22:
-                        guard let value = plainString(asciiOnly: false) else { return nil }
-                        member = .string(String(decoding: UnsafeBufferPointer(rebasing: bytes[value]), as: UTF8.self))
-                    case UInt8(ascii: "t"):
-                        guard literal("true") else { return nil }
-                        member = .bool(true)
-                    case UInt8(ascii: "f"):
-                        guard literal("false") else { return nil }
-                        member = .bool(false)
-                    case UInt8(ascii: "n"):
-                        guard literal("null") else { return nil }
-                        member = .null
-                    default:
-                        return nil
-                    }
-                    if matches(key, "date") { fields.date = member }
-                    else if matches(key, "slot") { fields.slot = member }
-                    else if matches(key, "recordingGroupId") { fields.recordingGroupId = member }
-                    else if matches(key, "withinTime") { fields.withinTime = member }
-                    else if matches(key, "isPrn") { fields.isPrn = member }
-                    else if matches(key, "takenAt") { fields.takenAt = member }
-                    skipSpace()
-                    guard index < count else { return nil }
-                    if bytes[index] == 0x2C { index += 1; continue }
-                    if bytes[index] == 0x7D { index += 1; break }
-                    return nil
-                }
-            }
-            skipSpace()
-            return index == count ? fields : nil
-        }
     }
 }

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Timekeeping
 
 /// The rows of one statement's result, copied out of the `PGresult` (which is freed at once).
 public struct PostgresRows: Sendable, Sequence {
@@ -101,11 +100,14 @@ public struct PostgresCell: Sendable {
         }
     }
 
-    /// A `timestamptz` in ISO DateStyle (`2026-02-11 08:03:27.123456+00`, any offset).
+    /// A `timestamptz` in ISO DateStyle (`2026-02-11 08:03:27.123456+00`, any offset), read by Foundation: the server's
+    /// own text needs no stricter reader (docs/benchmark.md, "JSON and timestamps read by Foundation").
     public func date() throws(PostgresError) -> Date {
-        guard let text, let date = TimestampReader.postgres(text) else { throw decodeError("timestamp", text ?? "NULL") }
+        guard let text, let date = try? Self.timestampStyle.parse(text) else { throw decodeError("timestamp", text ?? "NULL") }
         return date
     }
+
+    private static let timestampStyle = Date.ISO8601FormatStyle(dateTimeSeparator: .space, includingFractionalSeconds: true)
 
     /// A text value that names one case of `type` (a status column): decoded once, where the row is read. A value the
     /// type does not know is an error naming the column (it would mean a schema this build does not understand).

@@ -1,4 +1,4 @@
-/// Calendar arithmetic for the timestamp parsers (PostgreSQL, RFC 3339 events, HTTP dates).
+/// Calendar arithmetic for the timestamp reader (RFC 3339 events, HTTP dates).
 public enum CivilDate {
     /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
     public static func daysSinceEpoch(year: Int, month: Int, day: Int) -> Int {

@@ -1,9 +1,9 @@
 import FoundationEssentials
 
-/// The one timestamp reader of the daemon, over bytes (no formatter per call; Foundation's DateFormatter leaked on
-/// Linux under scripts/fuzz). Three shapes, one digit reader and one calendar:
+/// The strict timestamp reader for text from outside, over bytes. `Date.ISO8601FormatStyle` accepts what must stay
+/// refused here (February 30, `24:00:00`, `+0900`, text after the offset) and has no HTTP-date style in Swift 6.3
+/// (docs/benchmark.md, "JSON and timestamps read by Foundation"). Two shapes, one digit reader and one calendar:
 /// - RFC 3339 event times from the API (`YYYY-MM-DDTHH:MM:SS[.f…](Z|±HH:MM)`), strict;
-/// - PostgreSQL's ISO DateStyle output (`YYYY-MM-DD HH:MM:SS[.ffffff]±HH[:MM[:SS]]`);
 /// - HTTP dates (RFC 9110 IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`).
 public enum TimestampReader {
     /// `YYYY-MM-DD` naming a real day of the proleptic Gregorian calendar.
@@ -21,7 +21,7 @@ public enum TimestampReader {
               bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: "t"),
               let (days, secondOfDay) = dateAndTime(bytes), secondOfDay.second < 61 else { return nil }
         var index = 19
-        guard let fraction = fraction(bytes, &index, digitsRequired: true), index < bytes.count else { return nil }
+        guard let fraction = fraction(bytes, &index), index < bytes.count else { return nil }
         var offset = 0
         switch bytes[index] {
         case UInt8(ascii: "Z"), UInt8(ascii: "z"):
@@ -37,24 +37,6 @@ public enum TimestampReader {
         guard index == bytes.count else { return nil }
         let seconds = days * 86_400 + secondOfDay.hour * 3600 + secondOfDay.minute * 60 + min(secondOfDay.second, 59) - offset
         return Date(timeIntervalSince1970: Double(seconds) + fraction)
-    }
-
-    /// PostgreSQL's `timestamptz` text in ISO DateStyle, any offset (`+00`, `+05:30`, `-03:00:00`).
-    public static func postgres(_ text: some StringProtocol) -> Date? {
-        let bytes = Array(text.utf8)
-        guard bytes.count >= 22, let year = number(bytes, 0, 4), let month = number(bytes, 5, 2), let day = number(bytes, 8, 2),
-              let hour = number(bytes, 11, 2), let minute = number(bytes, 14, 2), let second = number(bytes, 17, 2) else { return nil }
-        var index = 19
-        guard let fraction = fraction(bytes, &index, digitsRequired: false), index < bytes.count,
-              bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-"),
-              let offsetHours = number(bytes, index + 1, 2) else { return nil }
-        let sign = bytes[index] == UInt8(ascii: "+") ? 1 : -1
-        var offset = offsetHours * 3600
-        if index + 3 < bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let minutes = number(bytes, index + 4, 2) {
-            offset += minutes * 60
-        }
-        let days = CivilDate.daysSinceEpoch(year: year, month: month, day: day)
-        return Date(timeIntervalSince1970: Double(days * 86_400 + hour * 3600 + minute * 60 + second - sign * offset) + fraction)
     }
 
     /// An HTTP date in IMF-fixdate form (the only one RFC 9110 lets a sender use), years 1970–9999.
@@ -103,8 +85,8 @@ public enum TimestampReader {
         return (days, (hour, minute, second))
     }
 
-    /// `.digits` at `index` (moved past them); 0 when there is no `.`; nil for a `.` without digits when they are required.
-    private static func fraction(_ bytes: [UInt8], _ index: inout Int, digitsRequired: Bool) -> Double? {
+    /// `.digits` at `index` (moved past them); 0 when there is no `.`; nil for a `.` without digits.
+    private static func fraction(_ bytes: [UInt8], _ index: inout Int) -> Double? {
         guard index < bytes.count, bytes[index] == UInt8(ascii: ".") else { return 0 }
         index += 1
         let start = index
@@ -115,6 +97,6 @@ public enum TimestampReader {
             scale /= 10
             index += 1
         }
-        return digitsRequired && index == start ? nil : value
+        return index == start ? nil : value
     }
 }

@@ -155,14 +155,14 @@ struct FCMResponseClassifierTests {
         #expect((message["notification"] as? [String: String])?["body"] == "\(awkward)さんが薬を服用しました")
     }
 
-    @Test func successName_readWithoutTheParserOnlyInItsPlainShape() {
-        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"projects/p/messages/1"}"#.utf8)) == "projects/p/messages/1")
-        #expect(FCMResponseClassifier.fastName(Array("{\n  \"name\" :\t\"projects/p/messages/2\"\n}".utf8)) == "projects/p/messages/2")
-        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"a\"b"}"#.utf8)) == nil)
-        #expect(FCMResponseClassifier.fastName(Array(#"{"name":"x","other":1}"#.utf8)) == nil)
-        #expect(FCMResponseClassifier.fastName(Array(#"{"nam"#.utf8)) == nil)
-        #expect(FCMResponseClassifier.fastName([]) == nil)
-        #expect(classify(200, Array(#"{"name":"projects/p/messages/3"}"#.utf8)) == .outcome(.sent(messageName: "projects/p/messages/3")))
+    /// A 200 is sent whatever its body; the name is FCM's when the body is JSON with a string `name`, escapes decoded.
+    @Test func successName_isReadFromAnyJSONShape_elseEmpty() {
+        #expect(classify(200, Array("{\n  \"name\" :\t\"projects/p/messages/2\"\n}".utf8)) == .outcome(.sent(messageName: "projects/p/messages/2")))
+        #expect(classify(200, Array(#"{"name":"a\"b\u00e9"}"#.utf8)) == .outcome(.sent(messageName: "a\"bé")))
+        #expect(classify(200, Array(#"{"other":1,"name":"x"}"#.utf8)) == .outcome(.sent(messageName: "x")))
+        #expect(classify(200, Array(#"{"nam"#.utf8)) == .outcome(.sent(messageName: "")))
+        #expect(classify(200, Array(#"{"name":3}"#.utf8)) == .outcome(.sent(messageName: "")))
+        #expect(classify(200, []) == .outcome(.sent(messageName: "")))
     }
 
     @Test func serviceAccount_malformedFileNamesTheField() {

@@ -21,13 +21,6 @@ struct TimestampReaderTests {
         #expect(TimestampReader.rfc3339(text) == nil)
     }
 
-    @Test func postgres_isoDateStyle_anyOffset() {
-        #expect(TimestampReader.postgres("2026-02-10 23:03:27+00") == Self.instant)
-        #expect(TimestampReader.postgres("2026-02-11 04:33:27.5+05:30") == Self.instant.addingTimeInterval(0.5))
-        #expect(TimestampReader.postgres("2026-02-10 20:03:27-03:00:00") == Self.instant)
-        #expect(TimestampReader.postgres("2026-02-10 23:03:27") == nil)
-    }
-
     @Test func httpDate_imfFixdate() {
         #expect(TimestampReader.httpDate("Tue, 10 Feb 2026 23:03:27 GMT") == Self.instant)
         #expect(TimestampReader.httpDate("Tuesday, 10-Feb-26 23:03:27 GMT") == nil)
