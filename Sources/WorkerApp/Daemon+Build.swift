@@ -24,21 +24,7 @@ extension Daemon {
         health.set(.database, .down("not checked yet"))
         health.set(.fcmCredentials, .ok)
         health.set(.fcm, .ok)
-        // The whole budget until the first heartbeat (at start) tells how many instances share it.
-        let fcm = FCMConfiguration(serviceAccount: startup.serviceAccount, baseURL: configuration.fcmBaseURL, http: http,
-                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init))
-        let sender = try FCMSender(configuration: fcm,
-                                   logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
-                                       switch state {
-                                       case .ok: health.set(.fcm, .ok)
-                                       case .paused(let fault, let reason): health.set(.fcm, .down("sending paused (\(fault.rawValue) fault): \(reason)"))
-                                       }
-                                   }, onCredentials: { status in
-                                       switch status {
-                                       case .ok: health.set(.fcmCredentials, .ok)
-                                       case .failing(let reason): health.set(.fcmCredentials, .down(reason))
-                                       }
-                                   })
+        let sender = try fcmSender(startup, http: http, health: health, logger: logger, metrics: metrics)
         let appStore = try startup.appStore.map { appStore in
             try AppStoreServices(configuration: appStore, worker: configuration, logger: logger, metrics: metrics, onKeyStatus: { reason in
                 health.set(.appStore, reason.map { .down($0) } ?? .ok)
@@ -60,18 +46,8 @@ extension Daemon {
         // `work` wakes one claimer per NOTIFY (and on settled events); the engine wakes all on stop.
         let work = WakeSignal()
         let liveness = health.liveness
-        var engineConfiguration = DeliveryEngineConfiguration()
-        engineConfiguration.batchSize = configuration.batchSize
-        // MAX_IN_FLIGHT holds sends from their start until their outcome is written (the bound on unwritten
-        // outcomes); at most half of them are on the wire, so sending goes on while the other half's outcomes are written.
-        engineConfiguration.maxInFlight = configuration.maxInFlight
-        engineConfiguration.maxSending = configuration.maxSending
-        engineConfiguration.pollInterval = configuration.pollInterval
-        engineConfiguration.lease = configuration.leaseDuration
-        engineConfiguration.maxAttempts = configuration.maxAttempts
-        engineConfiguration.eventMaxAge = configuration.eventMaxAge
         let loops: [(any Service)?] = [
-            DeliveryEngine(client: pools.pipeline, sender: sender, configuration: engineConfiguration,
+            DeliveryEngine(client: pools.pipeline, sender: sender, configuration: engineConfiguration(configuration),
                            logger: logger.child(label: "outbox"), metrics: metrics, wake: work,
                            onProgress: { liveness.beat("outbox") }),
             Pruner(client: pools.maintenance,
@@ -92,6 +68,40 @@ extension Daemon {
         ]
         return Daemon(configuration: configuration, logger: logger, metrics: metrics, sender: sender, health: health,
                       notifier: notifier, pools: pools, appStore: appStore, services: services)
+    }
+
+    /// The FCM sender, reporting its health (paused, credentials failing) to `/readyz`. The whole budget until the first
+    /// heartbeat (at start) tells how many instances share it.
+    private static func fcmSender(_ startup: StartupConfiguration, http: HTTPClientConfiguration, health: HealthState, logger: Logger,
+                                  metrics: MetricsRegistry) throws -> FCMSender {
+        let configuration = startup.configuration
+        let fcm = FCMConfiguration(serviceAccount: startup.serviceAccount, baseURL: configuration.fcmBaseURL, http: http,
+                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init))
+        return try FCMSender(configuration: fcm, logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
+            switch state {
+            case .ok: health.set(.fcm, .ok)
+            case .paused(let fault, let reason): health.set(.fcm, .down("sending paused (\(fault.rawValue) fault): \(reason)"))
+            }
+        }, onCredentials: { status in
+            switch status {
+            case .ok: health.set(.fcmCredentials, .ok)
+            case .failing(let reason): health.set(.fcmCredentials, .down(reason))
+            }
+        })
+    }
+
+    /// The engine's settings. MAX_IN_FLIGHT holds sends from their start until their outcome is written (the bound on
+    /// unwritten outcomes); at most half of them are on the wire, so sending goes on while the other half's are written.
+    private static func engineConfiguration(_ configuration: Configuration) -> DeliveryEngineConfiguration {
+        var engine = DeliveryEngineConfiguration()
+        engine.batchSize = configuration.batchSize
+        engine.maxInFlight = configuration.maxInFlight
+        engine.maxSending = configuration.maxSending
+        engine.pollInterval = configuration.pollInterval
+        engine.lease = configuration.leaseDuration
+        engine.maxAttempts = configuration.maxAttempts
+        engine.eventMaxAge = configuration.eventMaxAge
+        return engine
     }
 
     /// Splits `FCM_MAX_SENDS_PER_SECOND` among the live instances at every heartbeat (nothing to split without it).
