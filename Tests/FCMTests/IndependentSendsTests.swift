@@ -11,7 +11,7 @@ import Testing
 
 /// SPEC §3 "Independent sends": a slow FCM answer delays only its own delivery, over HTTP/1.1 too (one request per
 /// connection), where the other sends need connections of their own.
-@Suite("Independent sends: a slow answer delays only its own delivery")
+@Suite("Independent sends: a slow answer delays only its own delivery", .blockingFixtures)
 struct IndependentSendsTests {
     /// The order sends finished in, with their outcomes.
     final class Finishes: Sendable {
@@ -66,7 +66,7 @@ struct IndependentSendsTests {
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func slowHTTP1Answers_afterAnHTTP2Server_delayOnlyTheirOwnSends() async throws {
         let fixtures = TLSFixtures.shared
-        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
         defer { nginx.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
@@ -109,7 +109,7 @@ struct IndependentSendsTests {
     @Test(arguments: [false, true])
     func slowAnswersFromAThreadedHTTP1Server_delayOnlyTheirOwnSends(serverKnown: Bool) async throws {
         let fixtures = TLSFixtures.shared
-        let server = try ThreadedHTTP1Server(handshakeDelay: .milliseconds(30))
+        let server = try await ThreadedHTTP1Server(handshakeDelay: .milliseconds(30))
         defer { server.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
