@@ -11,7 +11,7 @@ import TestSupport
 import Testing
 
 /// The sender against the loopback emulator over real TLS.
-@Suite("FCM sender against the emulator")
+@Suite("FCM sender against the emulator", .blockingFixtures)
 struct FCMSenderTests {
     struct Rig {
         let emulator: FCMEmulator

@@ -7,7 +7,7 @@ import Testing
 /// Clients a failed test leaves behind: one whose driver is stuck cannot be shut down without hanging the test run.
 private let abandoned = Mutex<[HTTPClient]>([])
 
-@Suite("HTTP client cancellation")
+@Suite("HTTP client cancellation", .blockingFixtures)
 struct HTTPClientCancelTests {
     /// A client with one slot, and a server that accepts connections and never answers (a request to it holds the slot).
     static func rig() throws -> (silent: LoopbackSocket, client: HTTPClient, url: String) {

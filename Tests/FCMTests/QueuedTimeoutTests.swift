@@ -7,7 +7,7 @@ import Testing
 /// SPEC §3 "Independent sends": waiting for a connection is not a fault of the server. Requests that wait inside
 /// libcurl for a connection another request is opening (HTTP/2 multiplexing: they wait to share it) and reach their
 /// deadline there fail as `queued`, with nothing sent; the request that owns the connection fails as the timeout it is.
-@Suite("HTTP client: a deadline passed in libcurl's queue")
+@Suite("HTTP client: a deadline passed in libcurl's queue", .blockingFixtures)
 struct QueuedTimeoutTests {
     @Test func requestsWaitingForAConnection_failAsQueued_theConnectionsOwnerAsTimeout() throws {
         let silent = LoopbackSocket(listen: true)  // accepts, never answers: the TLS handshake never ends

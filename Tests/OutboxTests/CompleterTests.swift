@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 
 /// The writer's linger: it waits for a larger batch only while nobody waits for the slots its items hold.
-@Suite("Completer")
+@Suite("Completer", .blockingFixtures)
 struct CompleterTests {
     /// A completer whose linger is an hour; its store is never reached (the items written are empty ends of lost
     /// groups, which write nothing but still report their receipt).

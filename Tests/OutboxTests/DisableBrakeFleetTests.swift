@@ -15,7 +15,7 @@ import Timekeeping
 
 /// Every answer that would disable a device gets the brake, fleet-wide (SPEC §3 "The same holds for every answer that
 /// would disable a device"): three instances (engines with a sender each) on one database and one emulator.
-@Suite("Delivery engine: the disable brake across a fleet (emulator)")
+@Suite("Delivery engine: the disable brake across a fleet (emulator)", .blockingFixtures)
 struct DisableBrakeFleetTests {
     static func count(_ db: Fixtures, _ sql: String) throws -> Int { try db.connection.query(sql)[0]["n"].int() }
 

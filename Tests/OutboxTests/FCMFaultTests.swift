@@ -12,7 +12,7 @@ import TestSupport
 import Testing
 import Timekeeping
 
-@Suite("Delivery engine under project-wide FCM faults (emulator)")
+@Suite("Delivery engine under project-wide FCM faults (emulator)", .blockingFixtures)
 struct FCMFaultTests {
     static func engine(_ conninfo: String, sender: any PushSender, maxInFlight: Int, stop: StopSignal) -> DeliveryEngine {
         var configuration = DeliveryEngineConfiguration()

@@ -10,7 +10,7 @@ import Testing
 
 /// The real engine, the real FCM sender and PostgreSQL against the emulator answering SENDER_ID_MISMATCH
 /// (SPEC §3 "A wrong key is not evidence against the fleet").
-@Suite("Delivery engine: a wrong key and a stale token (emulator)")
+@Suite("Delivery engine: a wrong key and a stale token (emulator)", .blockingFixtures)
 struct SenderMismatchFleetTests {
     static func count(_ db: Fixtures, _ sql: String) throws -> Int { try db.connection.query(sql)[0]["n"].int() }
 
