@@ -46,7 +46,7 @@ struct AppStoreDaemonTests {
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             let exit = try process.start()
-            defer { if !exit.hasExited { process.terminate() } }
+            defer { if !exit.hasExited { process.terminate(); _ = exit.waitBlocking() } }
             try await eventually("Apple holds a lookup after at least two requests", timeout: .seconds(20), every: .milliseconds(10)) {
                 production.stalledNow > 0 && production.requests.count >= 2
             }

@@ -84,7 +84,7 @@ struct LeastPrivilegeRoleTests {
             daemon.standardOutput = FileHandle.nullDevice
             daemon.standardError = FileHandle(forWritingAtPath: logPath)
             let exit = try daemon.start()
-            defer { if !exit.hasExited { daemon.terminate() } }
+            defer { if !exit.hasExited { daemon.terminate(); _ = exit.waitBlocking() } }
 
             try await db.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',

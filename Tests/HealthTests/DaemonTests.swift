@@ -9,7 +9,7 @@ import Testing
 import TestSupport
 
 /// The real `medication-worker run` binary: sd_notify protocol, endpoints, log redaction, SIGTERM.
-@Suite("Daemon as systemd runs it", .serialized, .blockingFixtures)
+@Suite("Daemon as systemd runs it", .blockingFixtures)
 struct DaemonTests {
     /// A running daemon against a database, the emulator and a notify socket.
     final class Rig: Sendable {
@@ -66,9 +66,10 @@ struct DaemonTests {
             return await exit.wait()
         }
 
-        /// SIGTERM without waiting, for `defer` (a test that ended early).
+        /// SIGTERM and the exit, for `defer` (a test that ended early): the emulator must outlive the daemon's requests.
         func stop() {
             if !exit.hasExited { process.terminate() }
+            _ = exit.waitBlocking()
         }
     }
 

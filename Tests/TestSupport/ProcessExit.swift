@@ -7,6 +7,7 @@ public final class ProcessExit: Sendable {
     private struct State {
         var status: Int32?
         var waiters: [CheckedContinuation<Int32, Never>] = []
+        var blocked: [DispatchSemaphore] = []
     }
 
     private let state = Mutex(State())
@@ -24,16 +25,29 @@ public final class ProcessExit: Sendable {
         }
     }
 
+    /// Blocks the calling thread until the exit: for a `defer` that must not let the test's fakes go while the process
+    /// still talks to them. Only on `BlockingExecutor` (`.blockingFixtures`), never on the cooperative pool.
+    public func waitBlocking() -> Int32 {
+        let semaphore = DispatchSemaphore(value: 0)
+        if let status = state.withLock({ state -> Int32? in
+            if state.status == nil { state.blocked.append(semaphore) }
+            return state.status
+        }) { return status }
+        semaphore.wait()
+        return state.withLock { $0.status ?? -1 }
+    }
+
     /// Whether the process has ended.
     public var hasExited: Bool { state.withLock { $0.status != nil } }
 
     fileprivate func exited(_ status: Int32) {
-        let waiters = state.withLock { state in
+        let (waiters, blocked) = state.withLock { state in
             state.status = status
-            defer { state.waiters = [] }
-            return state.waiters
+            defer { state.waiters = []; state.blocked = [] }
+            return (state.waiters, state.blocked)
         }
         waiters.forEach { $0.resume(returning: status) }
+        blocked.forEach { $0.signal() }
     }
 }
 
