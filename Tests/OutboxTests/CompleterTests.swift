@@ -32,9 +32,9 @@ struct CompleterTests {
     final class Receipts: WrittenReceipts {
         func written(_ receipt: EngineStateMachine.Receipt) async { append(receipt) }
 
-        private let items = Mutex<[EngineStateMachine.Receipt]>([])
-        func append(_ receipt: EngineStateMachine.Receipt) { items.withLock { $0.append(receipt) } }
-        var all: [EngineStateMachine.Receipt] { items.withLock { $0 } }
+        private let items = Recorder<EngineStateMachine.Receipt>()
+        func append(_ receipt: EngineStateMachine.Receipt) { items.record(receipt) }
+        var all: [EngineStateMachine.Receipt] { items.all }
     }
 
     /// A lingering completer's writer, started and parked (idle, waiting for its first item); the receipts it reports.
