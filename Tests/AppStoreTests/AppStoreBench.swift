@@ -76,7 +76,7 @@ struct AppStoreBench {
             server.executableURL = URL(fileURLWithPath: nginx)
             server.arguments = ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"]
             try server.run()
-            defer { server.terminate(); server.waitUntilExit() }
+            defer { server.terminate() }
             try await Task.sleep(for: .milliseconds(500))
 
             var configuration = AppStoreConfiguration(

@@ -6,7 +6,7 @@ import WorkerConfig
 
 /// The real `medication-worker run` binary with App Store settings: the loop is wired, SIGTERM mid-pass exits in time,
 /// and the settings of SPEC §4 are read and bounded.
-@Suite("App Store loop in the daemon", .serialized)
+@Suite("App Store loop in the daemon", .serialized, .blockingFixtures)
 struct AppStoreDaemonTests {
     /// The App Store part of a valid environment (key, root, fakes' URLs).
     static func appStoreEnvironment(production: FakeAppStore, sandbox: FakeAppStore) throws -> [String: String] {
@@ -45,8 +45,8 @@ struct AppStoreDaemonTests {
             ].merging(try Self.appStoreEnvironment(production: production, sandbox: sandbox)) { $1 }
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { process.terminate(); process.waitUntilExit() } }
+            let exit = try process.start()
+            defer { if !exit.hasExited { process.terminate(); _ = exit.waitBlocking() } }
             try await eventually("Apple holds a lookup after at least two requests", timeout: .seconds(20), every: .milliseconds(10)) {
                 production.stalledNow > 0 && production.requests.count >= 2
             }
@@ -55,11 +55,10 @@ struct AppStoreDaemonTests {
             let clock = ContinuousClock()
             let signalled = clock.now
             process.terminate()  // SIGTERM
-            try await eventually("the worker exits after SIGTERM", timeout: .seconds(15), every: .milliseconds(10)) { !process.isRunning }
-            process.waitUntilExit()
+            let status = await exit.wait()
             let took = clock.now - signalled
             #expect(took < .seconds(5) + .milliseconds(900), "SIGTERM to exit took \(took) (SHUTDOWN_TIMEOUT 5s)")
-            #expect(process.terminationStatus == 0)
+            #expect(status == 0)
             #expect(production.stalledNow == 1)  // it did not wait for Apple's answer
             // Rows not answered are due again at once for the next start (nothing leased ahead, no failure charged).
             let leftLeased = try await db.query(#"""

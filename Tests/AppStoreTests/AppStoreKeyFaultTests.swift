@@ -12,15 +12,15 @@ import TestSupport
 /// Apple refusing our key (401 to every request: a revoked key, a wrong issuer or bundle id) is the project's fault:
 /// no entitlement changes, no row is marked checked, the environment pauses with backoff, readiness names it once,
 /// and checks resume by themselves once Apple accepts the key again.
-@Suite("App Store key refused (401)")
+@Suite("App Store key refused (401)", .blockingFixtures)
 struct AppStoreKeyFaultTests {
     @Test func keyRefused_changesNothing_pausesWithBackoff_isReported_andRecovers() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let pki = ApplePKI.shared
-            let statuses = Mutex<[String?]>([])
+            let statuses = Recorder<String?>()
             let sink = MemorySink()
             let rig = try EntitlementRecheckerTests.rig(conninfo, sink: sink, configure: { $0.keyRefusedBackoff = .seconds(5) },
-                                                        onKeyStatus: { status in statuses.withLock { $0.append(status) } })
+                                                        onKeyStatus: { status in statuses.record(status) })
             defer { rig.stop() }
             let (production, rechecker) = (rig.production, rig.rechecker)
             let db = PostgresClient(conninfo: conninfo)
@@ -43,7 +43,7 @@ struct AppStoreKeyFaultTests {
                 #expect(try new["checkFailures"].int() == 0)
             }
             #expect(try after[0]["revokedAt"].optionalDate() == before[0]["revokedAt"].optionalDate())
-            let reason = try #require(statuses.withLock { $0.last } ?? nil)
+            let reason = try #require(statuses.last ?? nil)
             #expect(reason.contains("401") && reason.contains("Production"))
             #expect(sink.entries.filter { $0.level == .error }.count == 1)  // once per episode
 
@@ -51,7 +51,7 @@ struct AppStoreKeyFaultTests {
             // The pause (5 s, doubled per refusal in flight) ends and the next pass goes out by itself.
             try await eventually("a pass goes out and the environment's pause is cleared", timeout: .seconds(40), every: .milliseconds(500)) {
                 _ = try await rechecker.runOnce()
-                return statuses.withLock { $0.last } == .some(nil)
+                return statuses.last == .some(nil)
             }
             let checked = try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE "lastCheckedAt" IS NOT NULL OR "checkFailures" > 0"#)
             #expect(try checked[0]["n"].int() == 2)

@@ -9,7 +9,7 @@ import Testing
 /// `check-config --online`'s App Store line against the loopback App Store Server API: one authenticated Get
 /// Transaction Info for an id that names no purchase. Apple's 404 proves the key, issuer and bundle; a 401 names the
 /// settings to check; a 429 says to try again.
-@Suite("check-config --online: the App Store Server API")
+@Suite("check-config --online: the App Store Server API", .blockingFixtures)
 struct CheckConfigAppStoreTests {
     static func configuration(_ fake: FakeAppStore) throws -> AppStoreConfiguration {
         let pki = ApplePKI.shared

@@ -8,7 +8,7 @@ import Postgres
 import Testing
 import TestSupport
 
-@Suite("Entitlement re-evaluation against the App Store", .serialized)
+@Suite("Entitlement re-evaluation against the App Store", .serialized, .blockingFixtures)
 struct EntitlementRecheckerTests {
     static let bundle = "jp.example.medication"
 

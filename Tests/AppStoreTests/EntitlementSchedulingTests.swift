@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 
 /// Scale and fairness (SPEC §4): per-row schedule and backoff in the database, the rate, Apple's 429, stopping mid-pass.
-@Suite("Entitlement scheduling, rate and stop", .serialized)
+@Suite("Entitlement scheduling, rate and stop", .serialized, .blockingFixtures)
 struct EntitlementSchedulingTests {
     typealias R = EntitlementRecheckerTests
 

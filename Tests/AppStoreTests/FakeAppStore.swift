@@ -58,6 +58,9 @@ final class FakeAppStore: Sendable {
     let historyDays: Int64
     static let pageSize = 20
 
+    /// Broadcast by `stop()`: it releases every request held by `.stall`.
+    private let stopped = NSCondition()
+
     init(apiPublicKeyPEM: String, keyId: String, issuerId: String, bundleId: String, historyDays: Int64 = 180) throws {
         apiPublicKey = try PublicKey(pem: apiPublicKeyPEM)
         self.keyId = keyId
@@ -101,6 +104,9 @@ final class FakeAppStore: Sendable {
 
     func stop() {
         state.withLock { $0.stopping = true }
+        stopped.lock()
+        stopped.broadcast()
+        stopped.unlock()
         server.withLock { $0 }?.stop()
     }
 
@@ -126,7 +132,11 @@ final class FakeAppStore: Sendable {
         case .status(let status)?: return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
         case .stall?:
             state.withLock { $0.stalled += 1 }
-            for _ in 0..<3000 where !state.withLock({ $0.stopping }) { Thread.sleep(forTimeInterval: 0.01) }
+            // On the HTTP server's connection thread: until `stop()`, for at most 30 s.
+            let deadline = Date().addingTimeInterval(30)
+            stopped.lock()
+            while !state.withLock({ $0.stopping }), stopped.wait(until: deadline) {}
+            stopped.unlock()
             state.withLock { $0.stalled -= 1 }
             return .json(500, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
         case .notFound?, nil: return .json(404, #"{"errorCode":4040010,"errorMessage":"Transaction id not found."}"#)

@@ -10,7 +10,7 @@ import TestSupport
 /// `run`, `status` and `redrive` under `medication_worker`. Every loop must work under that role: delivery, dead
 /// tokens, retention, the status gauges, the entitlement sweep and notification history. A migration that adds a
 /// table the daemon uses fails here until the role covers it.
-@Suite("Under the least-privilege role of sql/roles.sql", .serialized)
+@Suite("Under the least-privilege role of sql/roles.sql", .serialized, .blockingFixtures)
 struct LeastPrivilegeRoleTests {
     static var rolesSQL: String {
         get throws {
@@ -19,18 +19,18 @@ struct LeastPrivilegeRoleTests {
         }
     }
 
-    static func run(_ arguments: [String], environment: [String: String]) throws -> (status: Int32, output: String) {
+    static func run(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: TestBinaries.path("medication-worker"))
         process.arguments = arguments
         process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, output)
+        let outputPath = try TestBinaries.temporaryFile("", suffix: ".out")
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        let output = FileHandle(forWritingAtPath: outputPath)
+        process.standardOutput = output
+        process.standardError = output
+        let status = try await process.runToExit()
+        return (status, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
     }
 
     @Test func everyLoop_worksUnderTheDocumentedRole() async throws {
@@ -83,8 +83,8 @@ struct LeastPrivilegeRoleTests {
             daemon.environment = environment
             daemon.standardOutput = FileHandle.nullDevice
             daemon.standardError = FileHandle(forWritingAtPath: logPath)
-            try daemon.run()
-            defer { if daemon.isRunning { daemon.terminate(); daemon.waitUntilExit() } }
+            let exit = try daemon.start()
+            defer { if !exit.hasExited { daemon.terminate(); _ = exit.waitBlocking() } }
 
             try await db.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
@@ -122,32 +122,31 @@ struct LeastPrivilegeRoleTests {
             #expect(swept, "the entitlement sweep did not run")
             #expect(polled, "notification history wrote no checkpoint")
             // The instance row, kept under the role, is what `status` lists.
-            let live = try Self.run(["status", "--json"], environment: environment)
+            let live = try await Self.run(["status", "--json"], environment: environment)
             #expect(live.status == 0, "status: \(live.output)")
             #expect(live.output.contains(#""pid":\#(daemon.processIdentifier)"#), "status lists the running instance: \(live.output)")
             daemon.terminate()
-            daemon.waitUntilExit()
-            #expect(daemon.terminationStatus == 0)
+            #expect(await exit.wait() == 0)
             let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
             #expect(!log.contains("permission denied"), "\(log.split(separator: "\n").filter { $0.contains("permission denied") }.prefix(3))")
 
-            let status = try Self.run(["status"], environment: environment)
+            let status = try await Self.run(["status"], environment: environment)
             #expect(status.status == 0, "status: \(status.output)")
             #expect(status.output.contains("instances:       0 live"), "a clean stop deletes the instance row: \(status.output)")
             // Every operator command under the role: reading, previews, and the writes.
             let doneEvent = try await db.query(#"SELECT id FROM "PushOutbox" WHERE "eventKey" = 'doseTaken:g-role'"#)[0]["id"].int()
             for arguments in [["event", "\(doneEvent)"], ["event", "doseTaken:g-role"], ["events", "--status", "DEAD"],
                               ["redrive", "--dry-run"], ["devices", "disabled"], ["devices", "enable", "--since", "1h", "--dry-run"]] {
-                let result = try Self.run(arguments + ["--json"], environment: environment)
+                let result = try await Self.run(arguments + ["--json"], environment: environment)
                 #expect(result.status == 0, "\(arguments): \(result.output)")
             }
-            let disabled = try Self.run(["devices", "disabled", "--json"], environment: environment)
+            let disabled = try await Self.run(["devices", "disabled", "--json"], environment: environment)
             #expect(disabled.output.contains(#""pushDeviceId":"d2""#) && disabled.output.contains(#""reason":"UNREGISTERED""#), "\(disabled.output)")
-            let enabled = try Self.run(["devices", "enable", "--since", "1h"], environment: environment)
+            let enabled = try await Self.run(["devices", "enable", "--since", "1h"], environment: environment)
             #expect(enabled.status == 0 && enabled.output.contains("re-enabled 1 device(s)"), "devices enable: \(enabled.output)")
-            let resent = try Self.run(["resend", "--event", "\(doneEvent)"], environment: environment)
+            let resent = try await Self.run(["resend", "--event", "\(doneEvent)"], environment: environment)
             #expect(resent.status == 0 && resent.output.contains("resent 1 delivery(ies)"), "resend: \(resent.output)")
-            let redrive = try Self.run(["redrive", "--all"], environment: environment)
+            let redrive = try await Self.run(["redrive", "--all"], environment: environment)
             #expect(redrive.status == 0, "redrive: \(redrive.output)")
             #expect(try await db.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DEAD'"#)[0]["n"].int() == 0)
         }

@@ -8,7 +8,7 @@ import TestSupport
 
 /// Refunds found in minutes (SPEC §4): Get Notification History paged from a checkpoint in the database, each
 /// notification and its transaction verified, revoke / restore applied only on verified evidence.
-@Suite("App Store notification history", .serialized)
+@Suite("App Store notification history", .serialized, .blockingFixtures)
 struct NotificationHistoryTests {
     typealias R = EntitlementRecheckerTests
 

@@ -7,7 +7,7 @@ import TestSupport
 
 /// Issue 45 (SPEC §4): a sweep whose lookups all fail the same way is an outage of the re-checks, and `/readyz`
 /// `app_store` says so; a few failures among verified answers are not.
-@Suite("App Store lookups that all fail")
+@Suite("App Store lookups that all fail", .blockingFixtures)
 struct RecentLookupsTests {
     @Test func problem_onlyWhenEveryRecentLookupFailed() {
         #expect(RecentLookups.problem(Array(repeating: "not_found", count: 4)) == nil)  // too few to say
@@ -19,14 +19,14 @@ struct RecentLookupsTests {
     }
 
     @Test func readiness_keyRefusalComesFirst_andRecoveryIsReported() {
-        let reported = Mutex<[String?]>([])
-        let readiness = AppStoreReadiness(report: { reason in reported.withLock { $0.append(reason) } })
+        let reported = Recorder<String?>()
+        let readiness = AppStoreReadiness(report: { reason in reported.record(reason) })
         let lookups = RecentLookups(onStatus: { readiness.lookups($0) })
         for _ in 0..<5 { lookups.record("untrusted_chain") }
         readiness.key("401 from Production")
         readiness.key(nil)
         lookups.record("active")
-        #expect(reported.withLock { $0 } == [
+        #expect(reported.all == [
             "every recent App Store lookup failed (the last 5: untrusted_chain 5): refunds are not being applied",
             "401 from Production",
             "every recent App Store lookup failed (the last 5: untrusted_chain 5): refunds are not being applied",
@@ -38,8 +38,8 @@ struct RecentLookupsTests {
     @Test func wrongRootCertificate_everyLookupUntrusted_isReportedForReadiness() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let pki = ApplePKI.shared
-            let statuses = Mutex<[String?]>([])
-            let rig = try EntitlementRecheckerTests.rig(conninfo, onKeyStatus: { status in statuses.withLock { $0.append(status) } })
+            let statuses = Recorder<String?>()
+            let rig = try EntitlementRecheckerTests.rig(conninfo, onKeyStatus: { status in statuses.record(status) })
             defer { rig.stop() }
             let db = PostgresClient(conninfo: conninfo)
             for index in 1...6 {
@@ -49,7 +49,7 @@ struct RecentLookupsTests {
                     ApplePKI.payload(transactionId: transaction, original: transaction), chain: pki.untrustedChain, keyPEM: pki.untrustedLeafKeyPEM)))
             }
             _ = try await rig.rechecker.runOnce()
-            #expect(statuses.withLock { $0.last } == .some(
+            #expect(statuses.last == .some(
                 "every recent App Store lookup failed (the last 6: untrusted_chain 6): refunds are not being applied"))
             #expect(try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE status = 'ACTIVE'"#)[0]["n"].int() == 6)
         }

@@ -2,9 +2,10 @@ import AppStore
 import Crypto
 import Foundation
 import Testing
+import TestSupport
 
 /// Each refusal of the verifier on its own (no network, no database).
-@Suite("Signed transaction verification")
+@Suite("Signed transaction verification", .blockingFixtures)
 struct SignedTransactionVerifierTests {
     let pki = ApplePKI.shared
     var verifier: SignedTransactionVerifier {

@@ -2,9 +2,10 @@ import FCM
 import Foundation
 import Push
 import Testing
+import TestSupport
 
 /// Access tokens that live less than the refresh margin (SPEC §3: "at a fixed fraction of its life, never per send").
-@Suite("FCM access tokens: short lifetimes")
+@Suite("FCM access tokens: short lifetimes", .blockingFixtures)
 struct AccessTokenLifetimeTests {
     @Test(arguments: [(3600.0, 300.0, 60.0), (600, 300, 60), (300, 150, 60), (90, 45, 22.5), (2, 1, 0.5)])
     func margins_areAFractionOfAShortLife(lifetime: Double, refresh: Double, expiry: Double) {

@@ -11,7 +11,7 @@ import TestSupport
 import Testing
 
 /// The sender against the loopback emulator over real TLS.
-@Suite("FCM sender against the emulator")
+@Suite("FCM sender against the emulator", .blockingFixtures)
 struct FCMSenderTests {
     struct Rig {
         let emulator: FCMEmulator
@@ -253,8 +253,8 @@ struct FCMSenderTests {
     @Test func tokenEndpointRefusing_isBackedOff_reported_andRecoversByItself() async throws {
         // The clock starts in the past so that, moved on by the test, the assertions' iat stays acceptable to the emulator.
         let clock = TestClock(Date().addingTimeInterval(-200))
-        let statuses = Mutex<[AccessTokenProvider.Status]>([])
-        let rig = try Self.rig(now: { clock.now }, onCredentials: { status in statuses.withLock { $0.append(status) } })
+        let statuses = Recorder<AccessTokenProvider.Status>()
+        let rig = try Self.rig(now: { clock.now }, onCredentials: { status in statuses.record(status) })
         defer { rig.sender.shutdown(); rig.emulator.stop() }
         rig.emulator.refuseTokens()
         for second in 0..<60 {
@@ -267,7 +267,7 @@ struct FCMSenderTests {
         }
         let requests = rig.emulator.stats.tokenRequests
         #expect(requests >= 2 && requests <= 10, "\(requests) token requests in 60 s of refusal")
-        let last = try #require(statuses.withLock { $0.last })
+        let last = try #require(statuses.last)
         guard case .failing(let reason) = last else { Issue.record("readiness not told: \(last)"); return }
         #expect(reason.contains("invalid_grant: Invalid JWT Signature."))
         #expect(rig.emulator.receivedMessages.isEmpty)
@@ -277,7 +277,7 @@ struct FCMSenderTests {
         // The sender paused for the project fault: this send is held until the pause ends (at most 10 s), then goes out.
         let outcome = await rig.sender.send(Self.push("good-2"))
         guard case .sent = outcome else { Issue.record("not sent after Google accepted again: \(outcome)"); return }
-        #expect(statuses.withLock { $0.last } == .ok)
+        #expect(statuses.last == .ok)
         #expect(rig.emulator.stats.tokensIssued == 1)
     }
 

@@ -9,15 +9,15 @@ import Push
 import TestSupport
 import Testing
 
-@Suite("HTTP/2 multiplexing against nginx")
+@Suite("HTTP/2 multiplexing against nginx", .blockingFixtures)
 struct HTTP2Tests {
     /// nginx over TLS answering like FCM (and its token endpoint), and a sender with 100 in flight pointed at it.
     /// `tokenEndpoint`: where access tokens come from (default: nginx itself, over HTTP/2).
     static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100, tokenEndpoint: String? = nil,
                     keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2",
-                    sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry()) throws -> (Nginx, FCMSender, String) {
+                    sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry()) async throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
-        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
                               keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets)
         let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
@@ -50,7 +50,7 @@ struct HTTP2Tests {
     /// 1,000 sends with 100 in flight share one TLS connection (ALPN h2, streams multiplexed).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func thousandSendsAtHundredInFlight_useOneConnection() async throws {
-        let (nginx, sender, base) = try Self.rig()
+        let (nginx, sender, base) = try await Self.rig()
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender)
         #expect(outcomes.count == 1000)
@@ -66,7 +66,7 @@ struct HTTP2Tests {
     /// first: its plain `return` answers at the headers and resets a stream still sending, which libcurl 7.88 fails.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func largeBodies_twentyAtOnceOnOneConnection_everyRequestIsAnswered() async throws {
-        let (nginx, sender, base) = try Self.rig()
+        let (nginx, sender, base) = try await Self.rig()
         defer { nginx.stop(); sender.shutdown() }
         let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let answers = await withTaskGroup(of: String.self, returning: [String].self) { group in
@@ -88,7 +88,7 @@ struct HTTP2Tests {
     /// handed back as a transport failure (not lost: the engine retries it), and nginx never answered it.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func goawayEveryFiftyRequests_everySendAnsweredExactlyOnce() async throws {
-        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 50)
+        let (nginx, sender, _) = try await Self.rig(keepaliveRequests: 50)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender)
         let sent = outcomes.filter { if case .sent = $0 { true } else { false } }
@@ -107,7 +107,7 @@ struct HTTP2Tests {
     static func handshakesUnderGoaway(tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) async throws
         -> (nginx: [String: Bool], client: TLSHandshakes, metric: TLSHandshakes?) {
         let metrics = MetricsRegistry()
-        let (nginx, sender, _) = try rig(keepaliveRequests: 50, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets,
+        let (nginx, sender, _) = try await rig(keepaliveRequests: 50, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets,
                                          metrics: metrics)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await sendThousand(sender)
@@ -160,7 +160,7 @@ struct HTTP2Tests {
     /// by the client; the engine retries it later like any transport error.
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func goawayEveryTenRequests_refusedStreamsAreSentAgainUntilAnswered() async throws {
-        let (nginx, sender, _) = try Self.rig(keepaliveRequests: 10)
+        let (nginx, sender, _) = try await Self.rig(keepaliveRequests: 10)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender) + Self.sendThousand(sender)
         let sent = outcomes.filter { if case .sent = $0 { true } else { false } }
@@ -177,7 +177,7 @@ struct HTTP2Tests {
     /// first 100 (151 connections; 8.14 makes them wait for a stream).
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func moreInFlightThanAConnectionsStreams_opensOnlyTheConnectionsMultiplexingNeeds() async throws {
-        let (nginx, sender, _) = try Self.rig(maxInFlight: 250)
+        let (nginx, sender, _) = try await Self.rig(maxInFlight: 250)
         defer { nginx.stop(); sender.shutdown() }
         #expect(sender.http.configuration.multiplexedHostConnections == 4)
         let first = await Self.sendThousand(sender)
@@ -198,7 +198,7 @@ struct HTTP2Tests {
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
         defer { emulator.stop() }
-        let (nginx, sender, _) = try Self.rig(maxInFlight: 250, tokenEndpoint: emulator.tokenURI, keys: keys)
+        let (nginx, sender, _) = try await Self.rig(maxInFlight: 250, tokenEndpoint: emulator.tokenURI, keys: keys)
         defer { nginx.stop(); sender.shutdown() }
         let outcomes = await Self.sendThousand(sender)
         let failures = outcomes.filter { if case .sent = $0 { false } else { true } }

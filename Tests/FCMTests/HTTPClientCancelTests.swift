@@ -5,9 +5,9 @@ import TestSupport
 import Testing
 
 /// Clients a failed test leaves behind: one whose driver is stuck cannot be shut down without hanging the test run.
-private let abandoned = Mutex<[HTTPClient]>([])
+private let abandoned = Recorder<HTTPClient>()
 
-@Suite("HTTP client cancellation")
+@Suite("HTTP client cancellation", .blockingFixtures)
 struct HTTPClientCancelTests {
     /// A client with one slot, and a server that accepts connections and never answers (a request to it holds the slot).
     static func rig() throws -> (silent: LoopbackSocket, client: HTTPClient, url: String) {
@@ -20,7 +20,7 @@ struct HTTPClientCancelTests {
     /// shutting it down would hang the test run.
     static func arrived(_ signal: DispatchSemaphore, _ client: HTTPClient, else failure: Comment) -> Bool {
         guard signal.wait(timeout: .now() + 10) == .success else {
-            abandoned.withLock { $0.append(client) }
+            abandoned.record(client)
             Issue.record(failure)
             return false
         }
@@ -33,17 +33,17 @@ struct HTTPClientCancelTests {
         let (silent, client, url) = try Self.rig()
         defer { silent.close() }
         let started = DispatchSemaphore(value: 0)
-        let results = Mutex<[String]>([])
+        let results = Recorder<String>()
         client.start(HTTPRequest(method: .get, url: url)) { _ in }
         let queued = client.start(HTTPRequest(method: .get, url: url)) { result in
-            results.withLock { $0.append("queued: \(result.failureCode.map { "\($0)" } ?? "answered")") }
+            results.record("queued: \(result.failureCode.map { "\($0)" } ?? "answered")")
             // Starting from inside the completion: this trapped on the client's lock before.
             client.start(HTTPRequest(method: .get, url: url)) { _ in }
             started.signal()
         }
         client.cancel(queued)
         guard Self.arrived(started, client, else: "the cancelled request's completion could not start another request") else { return }
-        #expect(results.withLock { $0 } == ["queued: cancelled"])
+        #expect(results.all == ["queued: cancelled"])
         client.shutdown()
     }
 

@@ -11,11 +11,11 @@ import Testing
 
 /// SPEC §3 "Independent sends": a slow FCM answer delays only its own delivery, over HTTP/1.1 too (one request per
 /// connection), where the other sends need connections of their own.
-@Suite("Independent sends: a slow answer delays only its own delivery")
+@Suite("Independent sends: a slow answer delays only its own delivery", .blockingFixtures)
 struct IndependentSendsTests {
     /// The order sends finished in, with their outcomes.
     final class Finishes: Sendable {
-        let entries = Mutex<[(token: String, outcome: SendOutcome)]>([])
+        let entries = Recorder<(token: String, outcome: SendOutcome)>()
         let fastStart = Mutex<ContinuousClock.Instant?>(nil)
         let fastLast = Mutex<ContinuousClock.Instant?>(nil)
     }
@@ -41,7 +41,7 @@ struct IndependentSendsTests {
                 }
                 group.addTask {
                     let outcome = await sender.send(FCMSenderTests.push(token))
-                    finishes.entries.withLock { $0.append((token, outcome)) }
+                    finishes.entries.record((token, outcome))
                     if token.hasPrefix("fast-") { finishes.fastLast.withLock { $0 = .now } }
                 }
             }
@@ -50,7 +50,7 @@ struct IndependentSendsTests {
         if let start = finishes.fastStart.withLock({ $0 }), let last = finishes.fastLast.withLock({ $0 }) {
             print("independent sends: the 10 fast sends finished \(last - start) after they started (slow answers: 10 s)")
         }
-        return finishes.entries.withLock { $0 }
+        return finishes.entries.all
     }
 
     /// Every send was delivered, and every fast one before any slow one was answered.
@@ -66,7 +66,7 @@ struct IndependentSendsTests {
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func slowHTTP1Answers_afterAnHTTP2Server_delayOnlyTheirOwnSends() async throws {
         let fixtures = TLSFixtures.shared
-        let nginx = try Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
         defer { nginx.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
@@ -95,7 +95,7 @@ struct IndependentSendsTests {
 
     /// When sends finished, after the first began.
     final class Durations: Sendable {
-        let values = Mutex<[Duration]>([])
+        let values = Recorder<Duration>()
     }
 
     static func isSent(_ outcome: SendOutcome) -> Bool { if case .sent = outcome { true } else { false } }
@@ -109,7 +109,7 @@ struct IndependentSendsTests {
     @Test(arguments: [false, true])
     func slowAnswersFromAThreadedHTTP1Server_delayOnlyTheirOwnSends(serverKnown: Bool) async throws {
         let fixtures = TLSFixtures.shared
-        let server = try ThreadedHTTP1Server(handshakeDelay: .milliseconds(30))
+        let server = try await ThreadedHTTP1Server(handshakeDelay: .milliseconds(30))
         defer { server.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
@@ -130,11 +130,11 @@ struct IndependentSendsTests {
                 group.addTask {
                     let outcome = await sender.send(FCMSenderTests.push(token))
                     #expect(Self.isSent(outcome), "\(token): \(outcome)")
-                    if token.hasPrefix("fast-") { fastDone.values.withLock { $0.append(.now - start) } }
+                    if token.hasPrefix("fast-") { fastDone.values.record(.now - start) }
                 }
             }
         }
-        let done = fastDone.values.withLock { $0 }.sorted()
+        let done = fastDone.values.all.sorted()
         print("threaded HTTP/1.1 server (known: \(serverKnown)): 200 fast sends answered \(done.first ?? .zero) to \(done.last ?? .zero) after the first send")
         #expect(done.count == 200)
         #expect((done.last ?? .zero) < .milliseconds(1500), "the last fast send was answered \(done.last ?? .zero) after the first send")

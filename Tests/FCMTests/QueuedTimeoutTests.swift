@@ -7,7 +7,7 @@ import Testing
 /// SPEC §3 "Independent sends": waiting for a connection is not a fault of the server. Requests that wait inside
 /// libcurl for a connection another request is opening (HTTP/2 multiplexing: they wait to share it) and reach their
 /// deadline there fail as `queued`, with nothing sent; the request that owns the connection fails as the timeout it is.
-@Suite("HTTP client: a deadline passed in libcurl's queue")
+@Suite("HTTP client: a deadline passed in libcurl's queue", .blockingFixtures)
 struct QueuedTimeoutTests {
     @Test func requestsWaitingForAConnection_failAsQueued_theConnectionsOwnerAsTimeout() throws {
         let silent = LoopbackSocket(listen: true)  // accepts, never answers: the TLS handshake never ends
@@ -15,17 +15,17 @@ struct QueuedTimeoutTests {
         let client = try HTTPClient(configuration: .init(maxInFlight: 4, requestTimeout: .seconds(1)))
         defer { client.shutdown() }
         let done = DispatchSemaphore(value: 0)
-        let codes = Mutex<[String]>([])
-        let messages = Mutex<[String]>([])
+        let codes = Recorder<String>()
+        let messages = Recorder<String>()
         for _ in 0..<3 {
             client.start(HTTPRequest(method: .post, url: "https://127.0.0.1:\(silent.port)/send", body: Array("{}".utf8))) { result in
-                codes.withLock { $0.append(result.failureCode.map { "\($0)" } ?? "answered") }
-                if case .failure(let error) = result { messages.withLock { $0.append(error.message) } }
+                codes.record(result.failureCode.map { "\($0)" } ?? "answered")
+                if case .failure(let error) = result { messages.record(error.message) }
                 done.signal()
             }
         }
         for _ in 0..<3 { #expect(done.wait(timeout: .now() + 10) == .success) }
-        #expect(codes.withLock { $0 }.sorted() == ["queued", "queued", "timeout"])
-        #expect(messages.withLock { $0 }.filter { $0.hasPrefix("no connection free for the request before its deadline (nothing sent)") }.count == 2)
+        #expect(codes.all.sorted() == ["queued", "queued", "timeout"])
+        #expect(messages.all.filter { $0.hasPrefix("no connection free for the request before its deadline (nothing sent)") }.count == 2)
     }
 }

@@ -312,14 +312,14 @@ struct SendGateStateMachineTests {
     /// The owner carries the actions out: the probe's healthy answer tells `onResume` and `/readyz` before the held
     /// sends run, in order, each with its own ticket.
     @Test func gate_carriesOutTheActions_inOrder() async throws {
-        let events = Mutex<[String]>([])
+        let events = Recorder<String>()
         let metrics = MetricsRegistry()
         let gate = SendGate(threshold: 1, logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics,
-                            onHealth: { health in events.withLock { $0.append("health \(health == .ok ? "ok" : "paused")") } },
-                            onResume: { events.withLock { $0.append("resumed") } })
+                            onHealth: { health in events.record("health \(health == .ok ? "ok" : "paused")") },
+                            onResume: { events.record("resumed") })
         func held(_ name: String) -> SendGate.Send {
-            SendGate.Send(run: { ticket in events.withLock { $0.append("run \(name)#\(ticket)") } },
-                          drop: { events.withLock { $0.append("drop \(name)") } })
+            SendGate.Send(run: { ticket in events.record("run \(name)#\(ticket)") },
+                          drop: { events.record("drop \(name)") })
         }
         gate.submit(held("a"))
         let pause = gate.fault(.overload, reason: "UNAVAILABLE", retryAfter: .milliseconds(100), ticket: 1)
@@ -327,12 +327,12 @@ struct SendGateStateMachineTests {
         #expect(metrics.value("fcm_send_paused") == 1)
         gate.submit(held("b"))
         gate.submit(held("c"))
-        #expect(try await eventually("the probe b runs once the pause ends") { events.withLock { $0.contains("run b#2") } })
+        #expect(try await eventually("the probe b runs once the pause ends") { events.all.contains("run b#2") })
         #expect(metrics.value("fcm_probes_total") == 1)
         gate.healthy(ticket: 2)
         gate.submit(held("d"))
         gate.dropHeld()
-        #expect(events.withLock { $0 } == ["run a#1", "health paused", "run b#2", "resumed", "health ok", "run c#3", "run d#4"])
+        #expect(events.all == ["run a#1", "health paused", "run b#2", "resumed", "health ok", "run c#3", "run d#4"])
         #expect(metrics.value("fcm_send_paused") == 0)
         #expect(metrics.value("fcm_faults_total", labels: ["kind": "overload"]) == 1)
     }

@@ -10,7 +10,7 @@ import Testing
 
 /// The sender's pace (SPEC §3 "FCM's project quota"): the gate's line of sends waiting for a token, and the sender
 /// against an emulator that enforces a project quota. Assertions count sends and answers, never time.
-@Suite("FCM send rate")
+@Suite("FCM send rate", .blockingFixtures)
 struct SendRateTests {
     static func gate(budget: Double? = nil, metrics: MetricsRegistry = MetricsRegistry()) -> SendGate {
         SendGate(threshold: 3, budget: budget, logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics, onHealth: { _ in })
@@ -18,14 +18,14 @@ struct SendRateTests {
 
     /// The tickets of the sends that ran, and how many were dropped.
     final class Record: Sendable {
-        let ran = Mutex<[UInt64]>([])
+        let ran = Recorder<UInt64>()
         let dropped = Mutex(0)
-        var runs: Int { ran.withLock { $0.count } }
+        var runs: Int { ran.count }
         var drops: Int { dropped.withLock { $0 } }
 
         /// A held send that records its ticket when it runs.
         func held() -> SendGate.Send {
-            SendGate.Send(run: { [self] ticket in ran.withLock { $0.append(ticket) } }, drop: { [self] in dropped.withLock { $0 += 1 } })
+            SendGate.Send(run: { [self] ticket in ran.record(ticket) }, drop: { [self] in dropped.withLock { $0 += 1 } })
         }
     }
 
@@ -39,7 +39,7 @@ struct SendRateTests {
         #expect(metrics.value("fcm_send_rate_waits_total") == 5)
         #expect(metrics.value("fcm_send_rate_limit") == 20)
         try await eventually("all six sends ran") { record.runs == 6 }
-        #expect(record.ran.withLock { $0 } == [1, 2, 3, 4, 5, 6])
+        #expect(record.ran.all == [1, 2, 3, 4, 5, 6])
     }
 
     /// Lifting the cap lets the line out at once; a stop drops the line without sending it.

@@ -8,7 +8,7 @@ import Push
 import TestSupport
 import Testing
 
-@Suite("Requests a server never processed")
+@Suite("Requests a server never processed", .blockingFixtures)
 struct UnprocessedRetryTests {
     /// libcurl gives up on a refused stream with a send error (Debian 12's 7.88) or a receive error (8.14): both are
     /// sent again. An answer begun, or any other failure, is not.
@@ -36,7 +36,7 @@ struct UnprocessedRetryTests {
     /// failure for the engine to retry (counted in its attempts), and the server processed it once (21 times before).
     @Test func aStreamTheServerProcessed_whoseAnswerWasRejected_isNotSentAgain() async throws {
         let fixtures = TLSFixtures.shared
-        let server = try ResettingHTTP2Server()
+        let server = try await ResettingHTTP2Server()
         defer { server.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))

@@ -9,7 +9,7 @@ import Testing
 import TestSupport
 
 /// The real `medication-worker run` binary: sd_notify protocol, endpoints, log redaction, SIGTERM.
-@Suite("Daemon as systemd runs it", .serialized)
+@Suite("Daemon as systemd runs it", .blockingFixtures)
 struct DaemonTests {
     /// A running daemon against a database, the emulator and a notify socket.
     final class Rig: Sendable {
@@ -19,6 +19,7 @@ struct DaemonTests {
         let stderrPath: String
         let healthPort: UInt16
         let serviceAccountPEM: String
+        private let exit: ProcessExit
 
         /// `openFileLimit`: the daemon's RLIMIT_NOFILE (soft and hard), as a unit's `LimitNOFILE=` would set it.
         init(databaseURL: String, extra: [String: String] = [:], openFileLimit: Int? = nil) throws {
@@ -48,7 +49,7 @@ struct DaemonTests {
             ].merging(extra) { $1 }
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle(forWritingAtPath: stderrPath)
-            try process.run()
+            exit = try process.start()
         }
 
         var log: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
@@ -59,10 +60,16 @@ struct DaemonTests {
             return try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(healthPort)\(path)", timeout: .seconds(5)))
         }
 
-        func terminate() -> Int32 {
-            if process.isRunning { process.terminate() }
-            process.waitUntilExit()
-            return process.terminationStatus
+        /// SIGTERM (unless it has exited), then its exit status.
+        func terminate() async -> Int32 {
+            if !exit.hasExited { process.terminate() }
+            return await exit.wait()
+        }
+
+        /// SIGTERM and the exit, for `defer` (a test that ended early): the emulator must outlive the daemon's requests.
+        func stop() {
+            if !exit.hasExited { process.terminate() }
+            _ = exit.waitBlocking()
         }
     }
 
@@ -81,9 +88,9 @@ struct DaemonTests {
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', \#(secretToken)), ('d2', 'CAREGIVER', 'c1', \#(unregistered))
             """#)
         let rig = try Rig(databaseURL: conninfo)
-        defer { _ = rig.terminate() }
+        defer { rig.stop() }
 
-        let startup = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+        let startup = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
         #expect(startup.contains { $0.contains("READY=1") }, "notifications: \(startup)")
 
         try await db.query(#"""
@@ -95,7 +102,7 @@ struct DaemonTests {
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == [secretToken])
 
-        let running = rig.notify.read(until: { $0.contains("WATCHDOG=1") }, seconds: 5)
+        let running = try await rig.notify.read(until: { $0.contains("WATCHDOG=1") }, seconds: 5)
             + rig.notify.read(until: { $0.hasPrefix("STATUS=sent 1, backlog 0, dead 0") }, seconds: 12)
         #expect(running.contains("WATCHDOG=1"))
         #expect(running.contains { $0.hasPrefix("STATUS=sent 1, backlog 0, dead 0") }, "notifications: \(running)")
@@ -116,8 +123,8 @@ struct DaemonTests {
         #expect(metrics.contains(#"push_tokens_disabled_total{reason="UNREGISTERED"} 1"#))
         #expect(try await rig.get("/nope").status == 404)
 
-        #expect(rig.terminate() == 0)
-        let stopping = rig.notify.read(until: { $0.contains("STOPPING=1") }, seconds: 2)
+        #expect(await rig.terminate() == 0)
+        let stopping = try await rig.notify.read(until: { $0.contains("STOPPING=1") }, seconds: 2)
         #expect(stopping.contains("STOPPING=1"))
 
         // Redaction: the whole log at trace level holds no token, key, access token or name.
@@ -142,8 +149,8 @@ struct DaemonTests {
         let admin = PostgresClient(conninfo: try TestDatabase.adminConninfo(), maxConnections: 1)
         let name = conninfo.split(separator: " ").last { $0.hasPrefix("dbname=") }.map { String($0.dropFirst(7)) } ?? ""
         let rig = try Rig(databaseURL: conninfo)
-        defer { _ = rig.terminate() }
-        _ = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+        defer { rig.stop() }
+        _ = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
         #expect(try await rig.get("/readyz").status == 200)
 
         try await admin.query("ALTER DATABASE \(unescaped: name) ALLOW_CONNECTIONS false")
@@ -168,7 +175,7 @@ struct DaemonTests {
         let silent = LoopbackSocket(listen: true)
         defer { silent.close() }
         let rig = try Rig(databaseURL: "host=127.0.0.1 port=\(silent.port) user=worker dbname=app", extra: ["SHUTDOWN_TIMEOUT": "4s"])
-        defer { _ = rig.terminate() }
+        defer { rig.stop() }
         try await eventually("/healthz answers 200", timeout: .seconds(10), every: .milliseconds(100)) {
             (try? await rig.get("/healthz").status) == 200
         }
@@ -179,7 +186,7 @@ struct DaemonTests {
         #expect(String(decoding: ready.body, as: UTF8.self).contains(#""database":"down: "#))
         let clock = ContinuousClock()
         let started = clock.now
-        let status = rig.terminate()
+        let status = await rig.terminate()
         let took = clock.now - started
         #expect(status == 0)
         #expect(took < .seconds(4) + .milliseconds(900), "SIGTERM to exit took \(took)")
@@ -193,8 +200,8 @@ struct DaemonTests {
         let cluster = try TemporaryCluster()
         defer { cluster.stop() }
         let rig = try Rig(databaseURL: cluster.conninfo)
-        defer { _ = rig.terminate() }
-        let waiting = rig.notify.read(until: { $0.contains("STATUS=waiting for the database") }, seconds: 20)
+        defer { rig.stop() }
+        let waiting = try await rig.notify.read(until: { $0.contains("STATUS=waiting for the database") }, seconds: 20)
         #expect(waiting.contains("STATUS=waiting for the database"))
 
         try cluster.start()
@@ -203,7 +210,7 @@ struct DaemonTests {
         try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
         try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
         try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'late-token')"#)
-        let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
+        let ready = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
         #expect(ready.contains("READY=1"), "notifications: \(ready)")
         try await db.query(#"""
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
@@ -213,7 +220,7 @@ struct DaemonTests {
             try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == ["late-token"])
-        #expect(rig.terminate() == 0)
+        #expect(await rig.terminate() == 0)
     }
 
     /// A database that freezes after the daemon is ready (SIGSTOP: TCP still acknowledged, nothing answered).
@@ -227,8 +234,8 @@ struct DaemonTests {
         try cluster.start()
         try Self.prepare(cluster.conninfo)
         let rig = try Rig(databaseURL: cluster.conninfo, extra: ["SHUTDOWN_TIMEOUT": "5s"])
-        defer { _ = rig.terminate() }
-        #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30).contains("READY=1"))
+        defer { rig.stop() }
+        #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30).contains("READY=1"))
         #expect(try await rig.get("/readyz").status == 200)
         cluster.freeze()
         let frozenAt = ContinuousClock.now
@@ -249,8 +256,8 @@ struct DaemonTests {
         try cluster.start()
         try Self.prepare(cluster.conninfo)
         let rig = try Rig(databaseURL: cluster.conninfo, extra: ["DATABASE_STATEMENT_TIMEOUT": "2s", "SHUTDOWN_TIMEOUT": "5s"])
-        defer { _ = rig.terminate() }
-        let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
+        defer { rig.stop() }
+        let ready = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
         #expect(ready.contains("READY=1"))
         #expect(try await rig.get("/readyz").status == 200)
 
@@ -266,7 +273,7 @@ struct DaemonTests {
         }
         let clock = ContinuousClock()
         let started = clock.now
-        #expect(rig.terminate() == 0)
+        #expect(await rig.terminate() == 0)
         let took = clock.now - started
         #expect(took < .seconds(5) + .milliseconds(900), "SIGTERM to exit took \(took)")
         print("frozen database after ready: SIGTERM to exit \(took) (SHUTDOWN_TIMEOUT 5s)")
@@ -278,13 +285,13 @@ struct DaemonTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             for round in 0..<8 {
                 let rig = try Rig(databaseURL: conninfo, extra: ["SHUTDOWN_TIMEOUT": "5s"])
-                defer { _ = rig.terminate() }
-                let ready = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+                defer { rig.stop() }
+                let ready = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
                 #expect(ready.contains("READY=1"))
                 try await Task.sleep(for: .milliseconds(round * 3))
                 let clock = ContinuousClock()
                 let started = clock.now
-                #expect(rig.terminate() == 0)
+                #expect(await rig.terminate() == 0)
                 let took = clock.now - started
                 // The deadline exit would come at 4.75 s; the log line below is what proves it was not needed.
                 #expect(took < .milliseconds(4500), "round \(round): SIGTERM to exit took \(took)")
@@ -300,7 +307,7 @@ struct DaemonTests {
     @Test func passwordInABadDatabaseURL_reachesNeitherReadyzNorTheLog() async throws {
         for url in ["postgresql://worker:s3cr%t pa55word@127.0.0.1:1/app", "host=127.0.0.1 port=1 user=worker password=s3cr%t pa55word dbname=app"] {
             let rig = try Rig(databaseURL: url)
-            defer { _ = rig.terminate() }
+            defer { rig.stop() }
             try await eventually("/readyz reports the database", timeout: .seconds(10), every: .milliseconds(100)) {
                 (try? await rig.get("/readyz")).map { String(decoding: $0.body, as: UTF8.self).contains(#""database":"down: postgres"#) } ?? false
             }
@@ -309,7 +316,7 @@ struct DaemonTests {
             let limits = (try? String(contentsOfFile: "/proc/\(rig.process.processIdentifier)/limits", encoding: .utf8)) ?? ""
             #expect(limits.split(separator: "\n").contains { $0.hasPrefix("Max core file size") && $0.split(separator: " ").filter { $0 == "0" }.count == 2 },
                     "\(limits)")
-            #expect(rig.terminate() == 0)
+            #expect(await rig.terminate() == 0)
             let log = rig.log
             #expect(log.contains("database unavailable; retrying"))
             for secret in ["s3cr", "pa55word"] {
@@ -332,8 +339,8 @@ struct DaemonTests {
             try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
             try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'flood-token')"#)
             let rig = try Rig(databaseURL: conninfo, openFileLimit: 1024)
-            defer { _ = rig.terminate() }
-            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains("READY=1"))
+            defer { rig.stop() }
+            #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains("READY=1"))
 
             var slow: [Int32] = []
             defer { slow.forEach { close($0) } }

@@ -4,7 +4,7 @@ import HTTPServer
 import Testing
 import TestSupport
 
-@Suite("HTTP server and client on loopback")
+@Suite("HTTP server and client on loopback", .blockingFixtures)
 struct HTTPServerTests {
     @Test func plainHTTP_roundTripsMethodPathQueryHeadersAndBody() async throws {
         let server = try HTTPServer { request in

@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 
 /// HealthServer over real loopback HTTP (port 0), in-process.
-@Suite("Health endpoints in-process")
+@Suite("Health endpoints in-process", .blockingFixtures)
 struct HealthServerTests {
     func get(_ port: UInt16, _ path: String, method: HTTPMethod = .get) async throws -> HTTPResponse {
         let client = try HTTPClient()
@@ -132,9 +132,9 @@ struct HealthServerTests {
 }
 
 /// SystemdNotifier in-process against a datagram socket. Serialized: it sets NOTIFY_SOCKET in this process.
-@Suite("sd_notify in-process", .serialized)
+@Suite("sd_notify in-process", .serialized, .blockingFixtures)
 struct SystemdNotifierTests {
-    @Test func notify_sendsEachStateToTheSocket() throws {
+    @Test func notify_sendsEachStateToTheSocket() async throws {
         let socket = try NotifySocket()
         setenv("NOTIFY_SOCKET", socket.path, 1)
         defer { unsetenv("NOTIFY_SOCKET") }
@@ -143,7 +143,7 @@ struct SystemdNotifierTests {
         for state in ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"] {
             #expect(notifier.notify(state))
         }
-        let received = socket.read(until: { $0 == "STOPPING=1" }, seconds: 5)
+        let received = try await socket.read(until: { $0 == "STOPPING=1" }, seconds: 5)
         #expect(received == ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"])
     }
 

@@ -7,7 +7,7 @@ import TestSupport
 
 /// An operator's egress proxy, as the daemon reads it from its environment (`HTTPS_PROXY`, `NO_PROXY`): the real
 /// binary, tinyproxy as the proxy, the emulator (OAuth and FCM over TLS) behind it.
-@Suite("Egress proxy", .serialized)
+@Suite("Egress proxy", .serialized, .blockingFixtures)
 struct ProxyTests {
     static let token = "fcm-token-proxy-" + String(repeating: "P", count: 24)
 
@@ -31,14 +31,14 @@ struct ProxyTests {
         let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
         try await seed(db)
         let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: environment)
-        defer { _ = rig.terminate() }
-        #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+        defer { rig.stop() }
+        #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
         try await enqueue(db)
         try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
             try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == [token])
-        #expect(rig.terminate() == 0)
+        #expect(await rig.terminate() == 0)
         return (String(rig.emulator.baseURL.dropFirst("https://".count)), rig.log)
     }
 
@@ -47,7 +47,7 @@ struct ProxyTests {
     @Test func httpsProxy_theTokenAndTheSendGoThroughItsTunnel() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let proxy = try Tinyproxy(basicAuth: ("egress", "s3cret"))
+            let proxy = try await Tinyproxy(basicAuth: ("egress", "s3cret"))
             defer { proxy.stop() }
             // The proxy requires its user and password: the start is logged with the proxy, the password hidden.
             let url = "http://egress:s3cret@127.0.0.1:\(proxy.port)"
@@ -68,9 +68,9 @@ struct ProxyTests {
             Issue.record("tinyproxy or stunnel4 is not installed (CI installs both)"); return
         }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let proxy = try Tinyproxy()
+            let proxy = try await Tinyproxy()
             defer { proxy.stop() }
-            let front = try Stunnel(forwardingTo: proxy.port)
+            let front = try await Stunnel(forwardingTo: proxy.port)
             defer { front.stop() }
             let (emulator, log) = try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": front.url])
             #expect(log.contains("https.proxy=\"\(front.url) (HTTPS_PROXY)\""), "\(log)")
@@ -84,7 +84,7 @@ struct ProxyTests {
     @Test func noProxy_hostsGoDirect() async throws {
         guard Tinyproxy.binary != nil else { Issue.record("tinyproxy is not installed (CI installs it)"); return }
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let proxy = try Tinyproxy()
+            let proxy = try await Tinyproxy()
             defer { proxy.stop() }
             try await Self.deliverOne(conninfo, environment: ["HTTPS_PROXY": proxy.url, "NO_PROXY": "localhost,127.0.0.1"])
             #expect(proxy.tunnels.isEmpty, "tunnels: \(proxy.tunnels)")
@@ -98,11 +98,11 @@ struct ProxyTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             try await Self.seed(db)
-            let proxy = try Tinyproxy(basicAuth: ("egress", "rotated"))
+            let proxy = try await Tinyproxy(basicAuth: ("egress", "rotated"))
             defer { proxy.stop() }
             let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": "http://egress:s3cret@127.0.0.1:\(proxy.port)"])
-            defer { _ = rig.terminate() }
-            #expect(rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
+            defer { rig.stop() }
+            #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
             try await Self.enqueue(db)
             try await eventually("/readyz says the proxy refused the tunnel", timeout: .seconds(10), every: .milliseconds(200)) {
                 let readyz = try await rig.get("/readyz")
@@ -115,7 +115,7 @@ struct ProxyTests {
             #expect(try await db.query(#"SELECT bool_and("isEnabled") AS ok FROM "PushDevice""#)[0]["ok"].bool())
             #expect(rig.emulator.receivedMessages.isEmpty)
             #expect(!rig.log.contains("s3cret"))
-            #expect(rig.terminate() == 0)
+            #expect(await rig.terminate() == 0)
         }
     }
 
@@ -127,8 +127,8 @@ struct ProxyTests {
             try await Self.seed(db)
             let closed = Nginx.freePort()
             let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": "http://127.0.0.1:\(closed)"])
-            defer { _ = rig.terminate() }
-            let startup = rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+            defer { rig.stop() }
+            let startup = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
             try await Self.enqueue(db)
             #expect(startup.contains { $0.contains("READY=1") })
             // The token request cannot reach the proxy: credentials not ready, naming the proxy; sending paused.
@@ -146,7 +146,7 @@ struct ProxyTests {
             #expect(try rows[0]["error"].string() == "OAUTH_TOKEN_UNAVAILABLE" && rows[0]["enabled"].bool())
             #expect(rig.log.contains("(the proxy, from HTTPS_PROXY)"))
             #expect(rig.emulator.receivedMessages.isEmpty)
-            #expect(rig.terminate() == 0)
+            #expect(await rig.terminate() == 0)
         }
     }
 }

@@ -9,7 +9,7 @@ import WorkerApp
 
 /// `check-config` (issue 32): it rejects everything `run` rejects, names every bad setting, warns about near-miss names,
 /// shows the FCM project, never prints a secret; `--online` reaches the database, OAuth, FCM and reports each.
-@Suite("check-config")
+@Suite("check-config", .blockingFixtures)
 struct CheckConfigTests {
     static let fixtures = TLSFixtures.shared
     static let databasePassword = "s3cret-db-pass"

@@ -8,7 +8,7 @@ import Testing
 
 /// `status`, `event`, `events`, `redrive` and `resend` against the real PostgreSQL: their text, their parsed `--json`,
 /// their exit statuses, and what they changed.
-@Suite("Operator commands: events", .serialized)
+@Suite("Operator commands: events", .serialized, .blockingFixtures)
 struct OutboxCommandTests {
     @Test func redrive_leavesEventsPastMaxAgeDeadAndSaysSo() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

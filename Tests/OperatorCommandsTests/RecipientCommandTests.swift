@@ -7,7 +7,7 @@ import Testing
 
 /// What the operator commands show and do about who gets the push (SPEC §3): the devices skipped because another
 /// registration speaks for their token, deliveries per (patient, key), and rows the API's inline sender wrote.
-@Suite("Operator commands: who gets the push")
+@Suite("Operator commands: who gets the push", .blockingFixtures)
 struct RecipientCommandTests {
     /// The phone that changed hands: `event ID` names the skipped row and why, in text and JSON.
     @Test func event_namesTheDeviceSkippedBecauseThePhoneChangedHands() async throws {

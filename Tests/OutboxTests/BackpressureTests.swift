@@ -12,7 +12,7 @@ import TestSupport
 /// A database that records outcomes slower than FCM answers (a row trigger the API team could add
 /// tomorrow): sending slows to the database's pace, answered-but-unwritten work stays within
 /// `MAX_IN_FLIGHT`, keeps its lease, and nothing is sent twice.
-@Suite("Backpressure: a database slower than FCM")
+@Suite("Backpressure: a database slower than FCM", .blockingFixtures)
 struct BackpressureTests {
     /// Every status change of a delivery sleeps `milliseconds` in a BEFORE UPDATE row trigger.
     static func slowDeliveryUpdates(_ db: Fixtures, milliseconds: Int) throws {

@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 
 /// The writer's linger: it waits for a larger batch only while nobody waits for the slots its items hold.
-@Suite("Completer")
+@Suite("Completer", .blockingFixtures)
 struct CompleterTests {
     /// A completer whose linger is an hour; its store is never reached (the items written are empty ends of lost
     /// groups, which write nothing but still report their receipt).
@@ -30,9 +30,9 @@ struct CompleterTests {
     final class Receipts: WrittenReceipts {
         func written(_ receipt: EngineStateMachine.Receipt) async { append(receipt) }
 
-        private let items = Mutex<[EngineStateMachine.Receipt]>([])
-        func append(_ receipt: EngineStateMachine.Receipt) { items.withLock { $0.append(receipt) } }
-        var all: [EngineStateMachine.Receipt] { items.withLock { $0 } }
+        private let items = Recorder<EngineStateMachine.Receipt>()
+        func append(_ receipt: EngineStateMachine.Receipt) { items.record(receipt) }
+        var all: [EngineStateMachine.Receipt] { items.all }
     }
 
     /// A lingering completer's writer, started and parked (idle, waiting for its first item); the receipts it reports.

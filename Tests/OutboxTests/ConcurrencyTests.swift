@@ -5,7 +5,7 @@ import Postgres
 import Testing
 import TestSupport
 
-@Suite("Delivery pipeline: crashes, leases, several workers")
+@Suite("Delivery pipeline: crashes, leases, several workers", .blockingFixtures)
 struct ConcurrencyTests {
     /// A worker inserted deliveries, leased the event, then died. Once the lease expires the next
     /// worker sends exactly those deliveries.

@@ -4,7 +4,7 @@ import Postgres
 import Testing
 import TestSupport
 
-@Suite("Delivery ids")
+@Suite("Delivery ids", .blockingFixtures)
 struct DeliveryIdTests {
     /// The fan-out's ids are UUIDs version 7: valid `uuid` text, version nibble 7, RFC 9562's variant, the current
     /// Unix milliseconds in front, so that they sort by creation time (the primary key grows at its right edge).

@@ -15,7 +15,7 @@ import Timekeeping
 
 /// Every answer that would disable a device gets the brake, fleet-wide (SPEC §3 "The same holds for every answer that
 /// would disable a device"): three instances (engines with a sender each) on one database and one emulator.
-@Suite("Delivery engine: the disable brake across a fleet (emulator)")
+@Suite("Delivery engine: the disable brake across a fleet (emulator)", .blockingFixtures)
 struct DisableBrakeFleetTests {
     static func count(_ db: Fixtures, _ query: PostgresQuery) throws -> Int { try db.connection.query(query)[0]["n"].int() }
 
@@ -27,7 +27,7 @@ struct DisableBrakeFleetTests {
     struct Instance: Sendable {
         /// What the instance told `/readyz` and what it logged.
         final class Heard: Sendable {
-            let health = Mutex<[FCMHealth]>([])
+            let health = Recorder<FCMHealth>()
             let log = MemorySink()
         }
 
@@ -52,7 +52,7 @@ struct DisableBrakeFleetTests {
             let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: account, baseURL: emulator.baseURL,
                                                                        http: HTTPClientConfiguration(maxInFlight: 20, caFile: fixtures.caFile)),
                                        logger: Logger(label: "fcm", sink: heard.log), metrics: MetricsRegistry(),
-                                       onHealth: { state in heard.health.withLock { $0.append(state) } })
+                                       onHealth: { state in heard.health.record(state) })
             instances.append(Instance(sender: sender, heard: heard))
         }
         try await body(instances, emulator)
@@ -99,7 +99,7 @@ struct DisableBrakeFleetTests {
                 let running = engines.map { engine in Task { await engine.run(until: stop) } }
 
                 try await eventually("every instance pauses naming NOT_FOUND", timeout: .seconds(30)) {
-                    instances.allSatisfy { $0.heard.health.withLock { $0.contains(where: Self.pausedForNotFound) } }
+                    instances.allSatisfy { $0.heard.health.all.contains(where: Self.pausedForNotFound) }
                 }
                 // A few probes' worth of the fault.
                 try await Task.sleep(for: .seconds(3))
@@ -114,7 +114,7 @@ struct DisableBrakeFleetTests {
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'PENDING'"#) > 0)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status <> 'DONE' AND status <> 'PENDING'"#) == 0)
                 for instance in instances {
-                    #expect(instance.heard.health.withLock { $0.last.map(Self.pausedForNotFound) } == true)
+                    #expect(instance.heard.health.all.last.map(Self.pausedForNotFound) == true)
                     let errors = instance.heard.log.entries.filter { $0.level == .error }
                     #expect(errors.count == 1)
                     #expect(errors.first?.metadata["fcm.error"]?.hasPrefix("NOT_FOUND from most devices") == true)
@@ -135,7 +135,7 @@ struct DisableBrakeFleetTests {
                 #expect(undelivered == 0)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == disabled)
                 #expect(emulator.stats.duplicates == 0)
-                for instance in instances { #expect(instance.heard.health.withLock { $0.last } == .ok) }
+                for instance in instances { #expect(instance.heard.health.last == .ok) }
             }
         }
     }
@@ -144,8 +144,8 @@ struct DisableBrakeFleetTests {
     /// every push, and sending never pauses.
     @Test func staleTokensOfEveryKind_amongTwentyHealthy_areDisabled_noPause() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let health = Mutex<[FCMHealth]>([])
-            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+            let health = Recorder<FCMHealth>()
+            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 let stale = ["unregistered-stale", "notfound-stale", "invalid-stale", "mismatch-stale"]
                 try db.caredForPatient(tokens: (0..<20).map { "good-\($0)" })
@@ -169,7 +169,7 @@ struct DisableBrakeFleetTests {
                 let reasons = try db.connection.query(#"SELECT reason FROM "PushDeviceDisabled" ORDER BY reason"#).map { try $0["reason"].string() }
                 #expect(reasons == ["INVALID_ARGUMENT", "SENDER_ID_MISMATCH", "UNREGISTERED", "UNREGISTERED"])
                 #expect(emulator.stats.distinctAccepted == 60)
-                #expect(!health.withLock { $0.contains { if case .paused = $0 { true } else { false } } })
+                #expect(!health.all.contains { if case .paused = $0 { true } else { false } })
             }
         }
     }

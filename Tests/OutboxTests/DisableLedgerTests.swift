@@ -9,7 +9,7 @@ import Testing
 
 /// Every disable is recorded in `"PushDeviceDisabled"` by the statement that disables, and `devices enable` undoes
 /// exactly the disables nobody changed since; `resend` then reaches the device again through the engine.
-@Suite("Disable ledger", .serialized)
+@Suite("Disable ledger", .serialized, .blockingFixtures)
 struct DisableLedgerTests {
     @Test func disable_isRecorded_enableUndoesIt_butLeavesAReregisteredDeviceAlone() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

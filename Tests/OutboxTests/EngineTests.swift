@@ -10,7 +10,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@Suite("Delivery engine: isolation, independent sends, leases, stop")
+@Suite("Delivery engine: isolation, independent sends, leases, stop", .blockingFixtures)
 struct EngineTests {
     /// A row whose deliveries cannot be indexed sits among good rows: the good ones are sent, the bad
     /// one goes DEAD with the SQLSTATE and what was wrong; a too-long recordingGroupId is bad input.
@@ -262,16 +262,16 @@ final class GatedSender: PushSender, Sendable {
 /// Answers every push after `delay`.
 final class DelayedSender: PushSender, Sendable {
     let delay: Duration
-    private let sent = Mutex<[DoseTakenPush]>([])
+    private let sent = Recorder<DoseTakenPush>()
 
     init(delay: Duration) { self.delay = delay }
 
-    var pushes: [DoseTakenPush] { sent.withLock { $0 } }
+    var pushes: [DoseTakenPush] { sent.all }
 
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { [self] in
-            sent.withLock { $0.append(push) }
+            sent.record(push)
             completion(.sent(messageName: "projects/p/messages/\(push.eventKey)"))
         }
     }
@@ -283,15 +283,15 @@ final class DelayedSender: PushSender, Sendable {
 /// Records the order in which pushes were answered.
 final class AnswerOrder: PushSender, Sendable {
     let inner: any PushSender
-    private let order = Mutex<[String]>([])
+    private let order = Recorder<String>()
 
     init(_ inner: any PushSender) { self.inner = inner }
 
-    var tokens: [String] { order.withLock { $0 } }
+    var tokens: [String] { order.all }
 
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         inner.start(push) { [self] outcome in
-            order.withLock { $0.append(push.token) }
+            order.record(push.token)
             completion(outcome)
         }
     }

@@ -8,7 +8,7 @@ import Timekeeping
 
 /// One rule per fate, as tables: the claim's verdict, a send outcome's write, the settlement (in Swift and in the SQL the
 /// completion statement runs: the same table through both), and the operator commands' age rule.
-@Suite("Event fate")
+@Suite("Event fate", .blockingFixtures)
 struct EventFateTests {
     static let payload = #"{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00"}"#
 

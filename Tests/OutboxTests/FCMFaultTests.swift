@@ -12,7 +12,7 @@ import TestSupport
 import Testing
 import Timekeeping
 
-@Suite("Delivery engine under project-wide FCM faults (emulator)")
+@Suite("Delivery engine under project-wide FCM faults (emulator)", .blockingFixtures)
 struct FCMFaultTests {
     static func engine(_ conninfo: String, sender: any PushSender, maxInFlight: Int, stop: StopSignal) -> DeliveryEngine {
         var configuration = DeliveryEngineConfiguration()
@@ -41,8 +41,8 @@ struct FCMFaultTests {
     @Test(arguments: [FCMEmulator.ProjectFault.htmlNotFound, .permissionDenied])
     func projectFault_disablesNothingAndDeliversOnceFixed(fault: FCMEmulator.ProjectFault) async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let health = Mutex<[FCMHealth]>([])
-            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+            let health = Recorder<FCMHealth>()
+            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: ["token-a", "token-b"])
                 for group in 0..<5 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
@@ -51,7 +51,7 @@ struct FCMFaultTests {
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 10, stop: stop)
                 let running = Task { await engine.run(until: stop) }
 
-                try await eventually("the engine pauses for the project fault", timeout: .seconds(30)) { health.withLock { $0.contains { if case .paused(.project, _) = $0 { true } else { false } } } }
+                try await eventually("the engine pauses for the project fault", timeout: .seconds(30)) { health.all.contains { if case .paused(.project, _) = $0 { true } else { false } } }
                 try await eventually("a delivery records the PROJECT_FAULT", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'PROJECT_FAULT%'"#)[0]["n"].int() > 0
                 }
@@ -66,7 +66,7 @@ struct FCMFaultTests {
                 #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
                 #expect(emulator.stats.distinctAccepted == 10)
                 #expect(emulator.stats.duplicates == 0)
-                #expect(health.withLock { $0.last } == .ok)
+                #expect(health.last == .ok)
             }
         }
     }
@@ -76,8 +76,8 @@ struct FCMFaultTests {
     /// revoked caregiver once FCM answers again (SPEC §3 "Recipients are decided when the push leaves").
     @Test func aLinkRevokedDuringAnOutage_heldSendsDoNotGoOutWhenFCMRecovers() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let health = Mutex<[FCMHealth]>([])
-            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } },
+            let health = Recorder<FCMHealth>()
+            try await withEmulatorSender(onHealth: { state in health.record(state) },
                                          configure: { $0.maxHeldThroughPause = .seconds(1) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: ["token-a"])
@@ -87,7 +87,7 @@ struct FCMFaultTests {
                 let engine = Self.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
                 try await eventually("the engine pauses for the outage", timeout: .seconds(30)) {
-                    health.withLock { $0.contains { if case .paused = $0 { true } else { false } } }
+                    health.all.contains { if case .paused = $0 { true } else { false } }
                 }
                 // Doses recorded during the outage: claimed and fanned out while the link is ACTIVE, then held.
                 for group in 0..<9 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }

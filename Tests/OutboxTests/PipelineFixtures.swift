@@ -90,7 +90,7 @@ struct Fixtures {
 
 /// A PushSender whose answers are scripted by token prefix; records every push it was handed.
 final class ScriptedSender: PushSender, Sendable {
-    private let sent = Mutex<[DoseTakenPush]>([])
+    private let sent = Recorder<DoseTakenPush>()
     let answer: @Sendable (DoseTakenPush) -> SendOutcome
 
     init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") }) {
@@ -98,14 +98,14 @@ final class ScriptedSender: PushSender, Sendable {
     }
 
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        sent.withLock { $0.append(push) }
+        sent.record(push)
         completion(answer(push))
     }
 
     func cancelWaiting() {}
     func cancelInFlight() {}
 
-    var pushes: [DoseTakenPush] { sent.withLock { $0 } }
+    var pushes: [DoseTakenPush] { sent.all }
 }
 
 /// A worker with test-friendly settings.

@@ -8,7 +8,7 @@ import Push
 import TestSupport
 import Testing
 
-@Suite("Delivery pipeline")
+@Suite("Delivery pipeline", .blockingFixtures)
 struct PipelineTests {
     @Test func happyPath_sendsOncePerDeviceAndMarksEventDone() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

@@ -11,7 +11,7 @@ import TestSupport
 /// The worker behind PgBouncer 1.18 in transaction mode (SPEC §3 "Connection poolers"): every
 /// transaction may land on a different server connection, and whatever a client leaves on a
 /// session stays there for the next client.
-@Suite("Through a transaction-mode PgBouncer")
+@Suite("Through a transaction-mode PgBouncer", .blockingFixtures)
 struct PoolerTests {
     static let settings = TransactionSettings.worker(statementTimeout: .seconds(30), lockTimeout: .seconds(5), asynchronousCommit: true)
 

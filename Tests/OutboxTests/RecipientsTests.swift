@@ -7,7 +7,7 @@ import Testing
 
 /// Who gets the push (SPEC §3): a token's newest registration speaks for it, an event is its patient and key, recipients
 /// are decided when the push leaves, and a row the API's inline sender wrote is never sent again (SPEC §2.2).
-@Suite("Who gets the push")
+@Suite("Who gets the push", .blockingFixtures)
 struct RecipientsTests {
     /// A device row of `owner` for `token`, last seen `ago` before now.
     static func device(_ db: Fixtures, owner: String, token: String, id: String, lastSeen ago: String, enabled: Bool = true) throws {

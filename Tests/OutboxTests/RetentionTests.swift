@@ -6,7 +6,7 @@ import Postgres
 import Testing
 import TestSupport
 
-@Suite("Retention and index health")
+@Suite("Retention and index health", .blockingFixtures)
 struct RetentionTests {
     func pruner(_ conninfo: String) -> Pruner {
         Pruner(client: PostgresClient(conninfo: conninfo, maxConnections: 1),

@@ -11,7 +11,7 @@ import TestSupport
 /// The API team changes its tables while a worker delivers (Prisma migrations): columns, a table, an index and a
 /// row trigger added, a column dropped again. The worker's statements name their columns and its prepared
 /// statements are replanned by PostgreSQL, so every push still goes out exactly once.
-@Suite("Schema drift while delivering")
+@Suite("Schema drift while delivering", .blockingFixtures)
 struct SchemaDriftTests {
     @Test func apiTablesChangeWhileDelivering_everyPushGoesOutOnce() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in

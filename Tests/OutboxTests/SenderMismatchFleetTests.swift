@@ -11,7 +11,7 @@ import Testing
 
 /// The real engine, the real FCM sender and PostgreSQL against the emulator answering SENDER_ID_MISMATCH
 /// (SPEC §3 "A wrong key is not evidence against the fleet").
-@Suite("Delivery engine: a wrong key and a stale token (emulator)")
+@Suite("Delivery engine: a wrong key and a stale token (emulator)", .blockingFixtures)
 struct SenderMismatchFleetTests {
     static func count(_ db: Fixtures, _ query: PostgresQuery) throws -> Int { try db.connection.query(query)[0]["n"].int() }
 
@@ -24,8 +24,8 @@ struct SenderMismatchFleetTests {
     /// key, with no restart, every delivery is SENT exactly once.
     @Test func wrongKey_fleetOf120_disablesNothing_pauses_andDeliversEverythingOnceFixed() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let health = Mutex<[FCMHealth]>([])
-            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+            let health = Recorder<FCMHealth>()
+            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: (0..<120).map { "fleet-\($0)" })
                 for group in 0..<2 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
@@ -34,13 +34,13 @@ struct SenderMismatchFleetTests {
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
 
-                try await eventually("an instance pauses for the wrong key", timeout: .seconds(30)) { health.withLock { $0.contains(where: Self.pausedForWrongKey) } }
+                try await eventually("an instance pauses for the wrong key", timeout: .seconds(30)) { health.all.contains(where: Self.pausedForWrongKey) }
                 try await eventually("a delivery records SENDER_ID_MISMATCH", timeout: .seconds(30)) {
                     try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" = 'PROJECT_FAULT: SENDER_ID_MISMATCH'"#) > 0
                 }
                 // A few probes' worth of the fault.
                 try await Task.sleep(for: .seconds(3))
-                #expect(health.withLock { $0.last.map(Self.pausedForWrongKey) } == true)
+                #expect(health.all.last.map(Self.pausedForWrongKey) == true)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
                 try FCMFaultTests.expectNothingDisabledSettledOrFinished(db)
                 #expect((emulator.stats.sendsByOutcome["project_sender_id_mismatch"] ?? 0) <= 20 + 5)
@@ -57,7 +57,7 @@ struct SenderMismatchFleetTests {
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
                 #expect(emulator.stats.distinctAccepted == 240)
                 #expect(emulator.stats.duplicates == 0)
-                #expect(health.withLock { $0.last } == .ok)
+                #expect(health.last == .ok)
             }
         }
     }
@@ -66,8 +66,8 @@ struct SenderMismatchFleetTests {
     /// get every push, and sending never pauses.
     @Test func staleTokenAmongTwentyHealthy_isDisabled_theRestSent_noPause() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let health = Mutex<[FCMHealth]>([])
-            try await withEmulatorSender(onHealth: { state in health.withLock { $0.append(state) } }) { sender, emulator in
+            let health = Recorder<FCMHealth>()
+            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: (0..<20).map { "good-\($0)" } + ["mismatch-stale"])
                 for group in 0..<3 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
@@ -94,7 +94,7 @@ struct SenderMismatchFleetTests {
                 #expect(!stale.isEmpty)
                 #expect(try stale.allSatisfy { try $0["status"].string() == "FAILED" })
                 #expect(emulator.stats.distinctAccepted == 60)
-                #expect(!health.withLock { $0.contains { if case .paused = $0 { true } else { false } } })
+                #expect(!health.all.contains { if case .paused = $0 { true } else { false } })
             }
         }
     }

@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 import TestSupport
 
-@Suite("Migrations")
+@Suite("Migrations", .blockingFixtures)
 struct MigratorTests {
     @Test func migrate_appliesToEmptyDatabaseThenIsANoOp() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-@Suite("Postgres connection")
+@Suite("Postgres connection", .blockingFixtures)
 struct PostgresConnectionTests {
     @Test func parameters_roundTripNullJapaneseAndQuotes() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in

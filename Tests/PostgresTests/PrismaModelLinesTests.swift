@@ -8,7 +8,7 @@ import TestSupport
 /// migrations create and those lines leave out is one `prisma migrate dev` would drop (SPEC §2.2). This test migrates a
 /// database holding only the API's tables, lists every column, default and index the migrations added, and finds each
 /// in the lines.
-@Suite("Prisma model lines")
+@Suite("Prisma model lines", .blockingFixtures)
 struct PrismaModelLinesTests {
     /// The ```prisma block of docs/database.md: each model's table (its `@@map`, else its name) → its lines.
     static func models() throws -> [String: [String]] {

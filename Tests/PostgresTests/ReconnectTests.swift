@@ -3,7 +3,7 @@ import Postgres
 import Testing
 import TestSupport
 
-@Suite("Postgres reconnect")
+@Suite("Postgres reconnect", .blockingFixtures)
 struct ReconnectTests {
     /// A dropped backend (what a server restart or failover does to every session) fails the call in flight
     /// with a connection error; the next call reconnects and succeeds.

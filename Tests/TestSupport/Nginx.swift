@@ -15,7 +15,7 @@ public final class Nginx: Sendable {
     /// `tlsProtocols`: nginx's `ssl_protocols` (Debian 12's nginx speaks TLSv1 to TLSv1.2 unless told);
     /// `sessionTickets`: nginx's `ssl_session_tickets` (without them and without a session cache, nothing resumes).
     public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000,
-                tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) throws {
+                tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) async throws {
         guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
         self.port = port
         directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
@@ -24,13 +24,13 @@ public final class Nginx: Sendable {
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
         try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests,
                                tlsProtocols: tlsProtocols, sessionTickets: sessionTickets).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
-        try Self.launch(process, binary: binary, arguments: ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"],
+        try await Self.launch(process, binary: binary, arguments: ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"],
                         port: port, failure: "nginx did not start; see \(directory)/logs/error.log")
     }
 
     /// Starts a stand-in server in the background, its output discarded, and returns once `port` accepts
     /// connections (within 5 s).
-    static func launch(_ process: Process, binary: String, arguments: [String], port: UInt16, failure: String) throws {
+    static func launch(_ process: Process, binary: String, arguments: [String], port: UInt16, failure: String) async throws {
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
@@ -38,7 +38,7 @@ public final class Nginx: Sendable {
         try process.run()
         for _ in 0..<100 {
             if canConnect(port) { return }
-            Thread.sleep(forTimeInterval: 0.05)
+            try await Task.sleep(for: .milliseconds(50))
         }
         throw TestSupportError(failure)
     }
@@ -48,7 +48,6 @@ public final class Nginx: Sendable {
     public func stop() {
         if process.isRunning {
             process.terminate()
-            process.waitUntilExit()
         }
     }
 

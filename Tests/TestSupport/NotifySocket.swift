@@ -60,7 +60,7 @@ public final class NotifySocket: Sendable {
 
     /// Returns messages not returned before, up to and including the first that satisfies
     /// `predicate`, waiting up to `seconds` for it; on timeout, everything new.
-    public func read(until predicate: (String) -> Bool, seconds: Double) -> [String] {
+    public func read(until predicate: (String) -> Bool, seconds: Double) async throws -> [String] {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
             let result = shared.state.withLock { state -> [String]? in
@@ -76,7 +76,7 @@ public final class NotifySocket: Sendable {
                 return nil
             }
             if let result { return result }
-            Thread.sleep(forTimeInterval: 0.02)
+            try await Task.sleep(for: .milliseconds(20))
         }
     }
 }

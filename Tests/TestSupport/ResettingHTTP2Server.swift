@@ -9,12 +9,12 @@ public final class ResettingHTTP2Server: Sendable {
     public let directory: String
     private let process = Process()
 
-    public init(fixtures: TLSFixtures = .shared) throws {
+    public init(fixtures: TLSFixtures = .shared) async throws {
         port = Nginx.freePort()
         directory = NSTemporaryDirectory() + "mw-h2reset-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try Self.script.write(toFile: "\(directory)/server.py", atomically: true, encoding: .utf8)
-        try Nginx.launch(process, binary: "/usr/bin/python3",
+        try await Nginx.launch(process, binary: "/usr/bin/python3",
                          arguments: ["\(directory)/server.py", String(port), "\(fixtures.directory)/server.pem",
                                      "\(fixtures.directory)/server.key", "\(directory)/processed.log"],
                          port: port, failure: "the resetting HTTP/2 server did not start")
@@ -25,7 +25,6 @@ public final class ResettingHTTP2Server: Sendable {
     public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
         }
     }
 

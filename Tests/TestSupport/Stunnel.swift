@@ -11,7 +11,7 @@ public final class Stunnel: Sendable {
         ["/usr/bin/stunnel4", "/usr/bin/stunnel"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public init(forwardingTo target: UInt16, fixtures: TLSFixtures = .shared) throws {
+    public init(forwardingTo target: UInt16, fixtures: TLSFixtures = .shared) async throws {
         guard let binary = Self.binary else { throw TestSupportError("stunnel4 is not installed") }
         port = Nginx.freePort()
         directory = NSTemporaryDirectory() + "mw-stunnel-\(UUID().uuidString.prefix(8))"
@@ -28,7 +28,7 @@ public final class Stunnel: Sendable {
             cert = \(fixtures.directory)/server.pem
             key = \(fixtures.directory)/server.key
             """.write(toFile: "\(directory)/stunnel.conf", atomically: true, encoding: .utf8)
-        try Nginx.launch(process, binary: binary, arguments: ["\(directory)/stunnel.conf"], port: port,
+        try await Nginx.launch(process, binary: binary, arguments: ["\(directory)/stunnel.conf"], port: port,
                          failure: "stunnel did not start; see \(directory)/stunnel.log")
     }
 
@@ -37,7 +37,6 @@ public final class Stunnel: Sendable {
     public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
         }
     }
 

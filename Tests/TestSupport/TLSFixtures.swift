@@ -51,19 +51,21 @@ public struct TLSFixtures: Sendable {
         return path
     }
 
-    /// Runs the openssl CLI; throws with its stderr on failure.
+    /// Runs the openssl CLI; throws with its stderr on failure. Its stderr goes to a temp file, not a pipe: a process
+    /// started meanwhile by another test could inherit the pipe's write end and keep its end-of-file from ever coming.
+    /// Blocks until openssl exits (callers are synchronous: run them under `.blockingFixtures`).
     public static func openssl(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments
-        let err = Pipe()
-        process.standardError = err
+        let errPath = try TestBinaries.temporaryFile("", suffix: ".err")
+        defer { try? FileManager.default.removeItem(atPath: errPath) }
+        process.standardError = FileHandle(forWritingAtPath: errPath)
         process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let message = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw TestSupportError("openssl \(arguments.first ?? "") failed: \(String(decoding: message, as: UTF8.self))")
+        let status = try process.start().waitBlocking()
+        guard status == 0 else {
+            let message = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+            throw TestSupportError("openssl \(arguments.first ?? "") failed: \(message)")
         }
     }
 }

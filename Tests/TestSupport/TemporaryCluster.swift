@@ -62,7 +62,14 @@ public final class TemporaryCluster: Sendable {
     }
 
     /// posix_spawn + waitpid: `Process.waitUntilExit` can miss the exit of a child whose own child
-    /// (the postmaster) lives on.
+    /// (the postmaster) lives on. Every descriptor above stderr is closed in the child: the postmaster would otherwise
+    /// keep the write end of another test's pipe open, and that test would wait for its end-of-file for good.
+    /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), which Swift's Glibc module does not declare.
+    private static let addCloseFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+    }()
+
     private static func run(_ path: String, _ arguments: [String]) throws {
         let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
@@ -71,6 +78,7 @@ public final class TemporaryCluster: Sendable {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        if let closeFrom = addCloseFrom { _ = closeFrom(&actions, 3) }
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
         guard spawned == 0 else { throw TestSupportError("cannot start \(path): errno \(spawned)") }

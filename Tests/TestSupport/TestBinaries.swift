@@ -24,22 +24,21 @@ public enum TestBinaries {
         public var stderr: String
     }
 
-    /// Runs `name` with arguments and exactly `environment` (nothing inherited), waits for it to exit.
-    public static func run(_ name: String, _ arguments: [String], environment: [String: String]) throws -> Result {
+    /// Runs `name` with arguments and exactly `environment` (nothing inherited), awaits its exit. Its output goes to
+    /// temp files, read after the exit: nothing blocks on a pipe.
+    public static func run(_ name: String, _ arguments: [String], environment: [String: String]) async throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path(name))
         process.arguments = arguments
         process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                      stderr: String(decoding: errData, as: UTF8.self))
+        let outPath = try temporaryFile("", suffix: ".out")
+        let errPath = try temporaryFile("", suffix: ".err")
+        defer { try? FileManager.default.removeItem(atPath: outPath); try? FileManager.default.removeItem(atPath: errPath) }
+        process.standardOutput = FileHandle(forWritingAtPath: outPath)
+        process.standardError = FileHandle(forWritingAtPath: errPath)
+        let status = try await process.runToExit()
+        return Result(status: status, stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+                      stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
     }
 
     /// A temp file with `contents`, removed by the caller.

@@ -34,29 +34,33 @@ public enum TestDatabase {
         (Int(ProcessInfo.processInfo.environment["TEST_POOLER_PREPARED_STATEMENTS"] ?? "") ?? 0) > 0
     }
 
-    /// Runs `body` with the conninfo of a new, empty database.
+    /// Runs `body` with the conninfo of a new, empty database (for the tests of migrations themselves).
     public static func withEmptyDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
-        let admin = try adminConninfo()
-        let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
-        try runAdmin(admin, "CREATE DATABASE \(name)")
-        let conninfo = admin + " dbname=\(name)"
-        do {
-            let value = try await body(conninfo)
-            try? runAdmin(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
-            return value
-        } catch {
-            try? runAdmin(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
-            throw error
-        }
+        try await withDatabase(template: nil, body)
     }
 
-    /// Runs `body` with a new database holding the API's tables (SPEC §2.1) and the worker's migrations.
+    /// Runs `body` with a new database holding the API's tables (SPEC §2.1) and the worker's migrations: a copy of
+    /// one migrated template database (`CREATE DATABASE … TEMPLATE`), made once per set of migrations.
     public static func withMigratedDatabase<T>(_ body: (String) async throws -> T) async throws -> T {
-        try await withEmptyDatabase { conninfo in
-            let connection = try PostgresConnection(conninfo: conninfo)
-            try createAPITables(connection)
-            _ = try Migrator.migrate(connection)
-            return try await body(conninfo)
+        try await withDatabase(template: try await MigratedTemplate.shared.name(), body)
+    }
+
+    /// Creates the database (a copy of `template` when given), runs `body` off the cooperative pool (tests' libpq calls
+    /// block), drops the database on every exit path.
+    private static func withDatabase<T>(template: String?, _ body: (String) async throws -> T) async throws -> T {
+        try await offCooperativePool {
+            let admin = try adminConninfo()
+            let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
+            try runAdmin(admin, "CREATE DATABASE \(name)" + (template.map { " TEMPLATE \($0)" } ?? ""))
+            let conninfo = admin + " dbname=\(name)"
+            do {
+                let value = try await body(conninfo)
+                try? runAdmin(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+                return value
+            } catch {
+                try? runAdmin(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+                throw error
+            }
         }
     }
 
@@ -74,7 +78,7 @@ public enum TestDatabase {
         return withoutComments.split(separator: ";").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
     }()
 
-    private static func runAdmin(_ admin: String, _ sql: String) throws {
+    static func runAdmin(_ admin: String, _ sql: String) throws {
         let connection = try PostgresConnection(conninfo: admin)
         try connection.query("\(unescaped: sql)")  // CREATE/DROP DATABASE of a name made here: identifiers cannot be bound
     }

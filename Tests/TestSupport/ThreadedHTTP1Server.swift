@@ -9,13 +9,13 @@ public final class ThreadedHTTP1Server: Sendable {
     public let directory: String
     private let process = Process()
 
-    public init(handshakeDelay: Duration = .milliseconds(30), fixtures: TLSFixtures = .shared) throws {
+    public init(handshakeDelay: Duration = .milliseconds(30), fixtures: TLSFixtures = .shared) async throws {
         port = Nginx.freePort()
         directory = NSTemporaryDirectory() + "mw-h1-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try Self.script.write(toFile: "\(directory)/server.py", atomically: true, encoding: .utf8)
         let delay = Double(handshakeDelay.components.seconds) + Double(handshakeDelay.components.attoseconds) / 1e18
-        try Nginx.launch(process, binary: "/usr/bin/python3",
+        try await Nginx.launch(process, binary: "/usr/bin/python3",
                          arguments: ["\(directory)/server.py", String(port), "\(fixtures.directory)/server.pem",
                                      "\(fixtures.directory)/server.key", String(delay)],
                          port: port, failure: "the threaded HTTP/1.1 server did not start")
@@ -26,7 +26,6 @@ public final class ThreadedHTTP1Server: Sendable {
     public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
         }
     }
 

@@ -12,7 +12,7 @@ public final class Tinyproxy: Sendable {
     }
 
     /// `basicAuth`: the user and password the proxy requires (tinyproxy refuses a tunnel without them with 401).
-    public init(basicAuth: (user: String, password: String)? = nil) throws {
+    public init(basicAuth: (user: String, password: String)? = nil) async throws {
         guard let binary = Self.binary else { throw TestSupportError("tinyproxy is not installed") }
         port = Nginx.freePort()
         directory = NSTemporaryDirectory() + "mw-tinyproxy-\(UUID().uuidString.prefix(8))"
@@ -29,7 +29,7 @@ public final class Tinyproxy: Sendable {
             PidFile "\(directory)/tinyproxy.pid"
             \(basicAuth.map { "BasicAuth \($0.user) \($0.password)" } ?? "")
             """.write(toFile: "\(directory)/tinyproxy.conf", atomically: true, encoding: .utf8)
-        try Nginx.launch(process, binary: binary, arguments: ["-d", "-c", "\(directory)/tinyproxy.conf"], port: port,
+        try await Nginx.launch(process, binary: binary, arguments: ["-d", "-c", "\(directory)/tinyproxy.conf"], port: port,
                          failure: "tinyproxy did not start; see \(directory)/tinyproxy.log")
     }
 
@@ -39,7 +39,6 @@ public final class Tinyproxy: Sendable {
     public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
         }
     }
 
