@@ -2,7 +2,6 @@ import Foundation
 import HTTP
 import Health
 import Metrics
-import Systemd
 import Testing
 import TestSupport
 
@@ -128,37 +127,5 @@ struct HealthServerTests {
         let tooLarge = RawClients.read(announced, seconds: 5) { $0.contains("\r\n\r\n") }
         #expect(tooLarge.hasPrefix("HTTP/1.1 413"), "answer to a GET announcing a body: \(tooLarge.prefix(200))")
         #expect(try await get(server.port, "/healthz").status == 200)
-    }
-}
-
-/// SystemdNotifier in-process against a datagram socket. Serialized: it sets NOTIFY_SOCKET in this process.
-@Suite("sd_notify in-process", .serialized, .blockingFixtures)
-struct SystemdNotifierTests {
-    @Test func notify_sendsEachStateToTheSocket() async throws {
-        let socket = try NotifySocket()
-        setenv("NOTIFY_SOCKET", socket.path, 1)
-        defer { unsetenv("NOTIFY_SOCKET") }
-        let notifier = SystemdNotifier()
-        #expect(notifier.isUnderSystemd)
-        for state in ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"] {
-            #expect(notifier.notify(state))
-        }
-        let received = try await socket.read(until: { $0 == "STOPPING=1" }, seconds: 5)
-        #expect(received == ["READY=1", "STATUS=sent 3, backlog 0, dead 0", "WATCHDOG=1", "STOPPING=1"])
-    }
-
-    @Test func withoutNotifySocket_notifyIsANoOp() {
-        unsetenv("NOTIFY_SOCKET")
-        let notifier = SystemdNotifier()
-        #expect(!notifier.isUnderSystemd)
-        #expect(!notifier.notify("READY=1"))
-    }
-
-    @Test func watchdogInterval_readsWatchdogUsec() {
-        setenv("WATCHDOG_USEC", "2000000", 1)
-        defer { unsetenv("WATCHDOG_USEC") }
-        #expect(SystemdNotifier().watchdogInterval == .seconds(2))
-        unsetenv("WATCHDOG_USEC")
-        #expect(SystemdNotifier().watchdogInterval == nil)
     }
 }

@@ -63,8 +63,8 @@ actor MigratedTemplate {
         TestDatabase.apiTables.forEach(add)
         for migration in Migrations.all {
             add("\(migration.version) \(migration.name)")
-            migration.statements.forEach(add)
-            migration.concurrentIndexes.forEach { add("\($0.name) \($0.definition)") }
+            migration.statements.forEach { add($0.sql) }
+            migration.concurrentIndexes.forEach { add("\($0.name) \($0.definition.sql)") }
         }
         return String(hash, radix: 16)
     }()

@@ -17,7 +17,7 @@ public final class ThreadedHTTP1Server: Sendable {
         let delay = Double(handshakeDelay.components.seconds) + Double(handshakeDelay.components.attoseconds) / 1e18
         try await Nginx.launch(process, binary: "/usr/bin/python3",
                          arguments: ["\(directory)/server.py", String(port), "\(fixtures.directory)/server.pem",
-                                     "\(fixtures.directory)/server.key", String(delay)],
+                                     "\(fixtures.directory)/server.key", String(delay), "\(directory)/connections"],
                          port: port, failure: "the threaded HTTP/1.1 server did not start")
     }
 
@@ -27,6 +27,11 @@ public final class ThreadedHTTP1Server: Sendable {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
         }
+    }
+
+    /// Connections accepted so far (each a TLS handshake).
+    public var connectionsAccepted: Int {
+        Int((try? String(contentsOfFile: "\(directory)/connections", encoding: .utf8)) ?? "") ?? 0
     }
 
     /// `https://127.0.0.1:PORT`: an address, as `FCM_BASE_URL` names a server behind a private resolver or a proxy.
@@ -53,11 +58,15 @@ public final class ThreadedHTTP1Server: Sendable {
             # The usual recipe: the listening socket is wrapped, so each handshake runs in the accept loop, one at a
             # time; the listen backlog is socketserver's default (5).
             daemon_threads = True
+            accepted = 0
             def get_request(self):
                 time.sleep(delay)  # the handshake's cost on a busy server
-                return super().get_request()
+                request = super().get_request()
+                Server.accepted += 1
+                with open(counted, "w") as f: f.write(str(Server.accepted))
+                return request
 
-        port, certificate, key, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+        port, certificate, key, delay, counted = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certificate, key)
         context.set_alpn_protocols(["http/1.1"])
