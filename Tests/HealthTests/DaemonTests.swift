@@ -228,6 +228,14 @@ struct DaemonTests {
     /// DATABASE_STATEMENT_TIMEOUT, so /readyz turns 503, /healthz stays 200 and SIGTERM exits 0 in time.
     /// A database that stops answering (a black-holed path, a frozen server) with the default 30 s statement timeout:
     /// `/readyz` turns 503 within seconds, not after the pool's 45 s deadline; `/healthz` stays 200.
+    /// What a frozen-database test prints when `/readyz` stayed 200: its body, the server's processes and their states
+    /// (`T`: stopped; a backend left running answers the daemon's calls), and the daemon's log without its trace lines.
+    static func explainStillReady(_ rig: Rig, _ cluster: TemporaryCluster) async throws {
+        let body = String(decoding: try await rig.get("/readyz").body, as: UTF8.self)
+        let log = rig.log.split(separator: "\n").filter { !$0.contains("level=trace") }.suffix(60).joined(separator: "\n")
+        print("/readyz stayed 200: \(body)\nserver processes (port \(cluster.port)):\n\(cluster.processStates())\ndaemon log:\n\(log)")
+    }
+
     @Test func databaseFrozen_withDefaultTimeouts_notReadyWithinSeconds() async throws {
         let cluster = try TemporaryCluster()
         defer { cluster.stop() }
@@ -237,11 +245,12 @@ struct DaemonTests {
         defer { rig.stop() }
         #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30).contains("READY=1"))
         #expect(try await rig.get("/readyz").status == 200)
-        cluster.freeze()
+        #expect(cluster.freeze(), "some server processes still run:\n\(cluster.processStates())")
         let frozenAt = ContinuousClock.now
-        try await eventually("/readyz answers 503", timeout: .seconds(20), every: .milliseconds(200)) {
+        let noticed503 = try await eventually("/readyz answers 503", timeout: .seconds(20), every: .milliseconds(200)) {
             try await rig.get("/readyz").status == 503
         }
+        if !noticed503 { try await Self.explainStillReady(rig, cluster) }
         let noticed = ContinuousClock.now - frozenAt
         // A status round every 5 s, its probe giving up after 3 s: up to about 8 s; the point is "not the pool's 45 s".
         #expect(noticed < .seconds(15), "readiness noticed the frozen database after \(noticed)")
@@ -261,10 +270,11 @@ struct DaemonTests {
         #expect(ready.contains("READY=1"))
         #expect(try await rig.get("/readyz").status == 200)
 
-        cluster.freeze()
-        try await eventually("/readyz answers 503 with the database frozen", timeout: .seconds(30), every: .milliseconds(200)) {
+        #expect(cluster.freeze(), "some server processes still run:\n\(cluster.processStates())")
+        let noticed = try await eventually("/readyz answers 503 with the database frozen", timeout: .seconds(30), every: .milliseconds(200)) {
             try await rig.get("/readyz").status == 503
         }
+        if !noticed { try await Self.explainStillReady(rig, cluster) }
         #expect(try await rig.get("/healthz").status == 200)
         // The readiness probe gives up after its own 3 s, which can come before the first of the worker's calls
         // reaches 1.5 × 2 s; wait for the worker to end one of its own calls before stopping it.

@@ -27,23 +27,60 @@ public final class TemporaryCluster: Sendable {
     }
 
     /// SIGSTOP to the postmaster and every server process: a database that accepts TCP (the kernel still
-    /// completes handshakes and acknowledges data) and never answers.
-    public func freeze() { signalAll(SIGSTOP) }
+    /// completes handshakes and acknowledges data) and never answers. The postmaster is stopped first and seen stopped
+    /// (from then on it forks nothing), then its children until every one is seen stopped: a backend forked while the
+    /// children were being listed (a daemon's pool opening a connection) would otherwise go on answering, and a
+    /// daemon holding that connection would find the database fine. False when something still ran after 5 s.
+    @discardableResult
+    public func freeze() -> Bool {
+        guard let postmaster = postmasterPID else { return false }
+        let deadline = ContinuousClock.now + .seconds(5)
+        repeat {
+            let running = Self.family(of: postmaster).filter { !"TtZX".contains($0.state) }
+            if running.isEmpty { return true }
+            // The postmaster first: children listed before it has stopped may not be all of them.
+            if let parent = running.first(where: { $0.pid == postmaster }) {
+                kill(parent.pid, SIGSTOP)
+            } else {
+                for process in running { kill(process.pid, SIGSTOP) }
+            }
+            usleep(2_000)
+        } while ContinuousClock.now < deadline
+        return false
+    }
 
     /// SIGCONT: the frozen server carries on.
-    public func thaw() { signalAll(SIGCONT) }
+    public func thaw() {
+        guard let postmaster = postmasterPID else { return }
+        for process in Self.family(of: postmaster) { kill(process.pid, SIGCONT) }
+    }
 
-    private func signalAll(_ signal: Int32) {
-        guard let text = try? String(contentsOfFile: "\(directory)/data/postmaster.pid", encoding: .utf8),
-              let postmaster = text.split(separator: "\n").first.flatMap({ Int32($0) }) else { return }
-        var pids = [postmaster]
+    /// The postmaster and its children, one a line: pid, state (`T`: stopped) and process title (for a failure's message).
+    public func processStates() -> String {
+        guard let postmaster = postmasterPID else { return "no postmaster.pid in \(directory)/data" }
+        return Self.family(of: postmaster).map { process in
+            let title = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(process.pid)/cmdline")))
+                .map { String(decoding: $0, as: UTF8.self).replacingOccurrences(of: "\0", with: " ") } ?? ""
+            return "\(process.pid) \(process.state) \(title.trimmingCharacters(in: .whitespaces))"
+        }.joined(separator: "\n")
+    }
+
+    private var postmasterPID: Int32? {
+        (try? String(contentsOfFile: "\(directory)/data/postmaster.pid", encoding: .utf8))?
+            .split(separator: "\n").first.flatMap { Int32($0) }
+    }
+
+    /// The postmaster (first) and its children, each with its state letter from /proc/PID/stat.
+    private static func family(of postmaster: Int32) -> [(pid: Int32, state: Character)] {
+        var family: [(pid: Int32, state: Character)] = []
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
             guard let pid = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
                   let close = stat.lastIndex(of: ")") else { continue }
             let fields = stat[stat.index(after: close)...].split(separator: " ")
-            if fields.count > 1, Int32(fields[1]) == postmaster { pids.append(pid) }
+            guard fields.count > 1, let state = fields[0].first, pid == postmaster || Int32(fields[1]) == postmaster else { continue }
+            if pid == postmaster { family.insert((pid, state), at: 0) } else { family.append((pid, state)) }
         }
-        for pid in pids { kill(pid, signal) }
+        return family
     }
 
     public func stop() {
