@@ -35,7 +35,7 @@ public final class Nginx: Sendable {
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try process.runOneAtATime()
         for _ in 0..<100 {
             if canConnect(port) { return }
             try await Task.sleep(for: .milliseconds(50))

@@ -52,11 +52,20 @@ public final class ProcessExit: Sendable {
 }
 
 extension Process {
+    /// One launch at a time in this process: swift-corelibs-foundation's `run()` crashed (SIGSEGV in a memcpy inside
+    /// it) when tests running side by side launched processes at the same moment.
+    static let launching = Mutex(())
+
+    /// `run()` under `launching`.
+    public func runOneAtATime() throws {
+        try Self.launching.withLock { _ in try run() }
+    }
+
     /// `run()`, with the exit to await.
     public func start() throws -> ProcessExit {
         let exit = ProcessExit()
         terminationHandler = { exit.exited($0.terminationStatus) }
-        try run()
+        try runOneAtATime()
         return exit
     }
 
