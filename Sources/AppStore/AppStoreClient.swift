@@ -194,7 +194,9 @@ public struct AppStoreClient: Sendable {
         }
     }
 
-    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+    /// The nearest millisecond: a checkpoint read back from PostgreSQL (stored in milliseconds, parsed into a binary
+    /// fraction of a second) can sit a hair below its millisecond, and rounding down moved the window by one.
+    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
 }
 
 /// The last bearer token and until when it may be reused.
