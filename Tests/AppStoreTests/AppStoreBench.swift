@@ -51,7 +51,7 @@ struct AppStoreBench {
             print("bench: prepared \(count) signed transactions and rows in \(ContinuousClock.now - started)")
 
             let fixtures = TLSFixtures.shared
-            let port = Nginx.freePort()
+            let port = FreePort.next()
             try fixtures.serverCertificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
             try fixtures.serverKeyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
             try """

@@ -17,7 +17,7 @@ struct HTTP2Tests {
                     keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2",
                     sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry()) async throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
-        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort(),
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: FreePort.next(),
                               keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets)
         let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"

@@ -66,7 +66,7 @@ struct IndependentSendsTests {
     @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
     func slowHTTP1Answers_afterAnHTTP2Server_delayOnlyTheirOwnSends() async throws {
         let fixtures = TLSFixtures.shared
-        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: Nginx.freePort())
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: FreePort.next())
         defer { nginx.stop() }
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))

@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import HTTP
 import Synchronization
 import TestSupport
@@ -12,20 +13,28 @@ struct QueuedTimeoutTests {
     @Test func requestsWaitingForAConnection_failAsQueued_theConnectionsOwnerAsTimeout() throws {
         let silent = LoopbackSocket(listen: true)  // accepts, never answers: the TLS handshake never ends
         defer { silent.close() }
-        let client = try HTTPClient(configuration: .init(maxInFlight: 4, requestTimeout: .seconds(1)))
+        let client = try HTTPClient(configuration: .init(maxInFlight: 4))
         defer { client.shutdown() }
         let done = DispatchSemaphore(value: 0)
         let codes = Recorder<String>()
         let messages = Recorder<String>()
-        for _ in 0..<3 {
-            client.start(HTTPRequest(method: .post, url: "https://127.0.0.1:\(silent.port)/send", body: Array("{}".utf8))) { result in
-                codes.record(result.failureCode.map { "\($0)" } ?? "answered")
+        func send(timeout: Duration, as name: String) {
+            let request = HTTPRequest(method: .post, url: "https://127.0.0.1:\(silent.port)/send", body: Array("{}".utf8), timeout: timeout)
+            client.start(request) { result in
+                codes.record("\(name): " + (result.failureCode.map { "\($0)" } ?? "answered"))
                 if case .failure(let error) = result { messages.record(error.message) }
                 done.signal()
             }
         }
-        for _ in 0..<3 { #expect(done.wait(timeout: .now() + 10) == .success) }
-        #expect(codes.all.sorted() == ["queued", "queued", "timeout"])
+        // The owner first, and the others only once its connection is in the listener's queue: they wait to share it,
+        // and reach their deadline while it still hangs in its handshake, however slowly this machine schedules them.
+        send(timeout: .seconds(4), as: "owner")
+        var listener = pollfd(fd: silent.fd, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&listener, 1, 10_000) == 1, "the owner's connection never reached the listener")
+        send(timeout: .seconds(1), as: "waiting")
+        send(timeout: .seconds(1), as: "waiting")
+        for _ in 0..<3 { #expect(done.wait(timeout: .now() + 15) == .success) }
+        #expect(codes.all.sorted() == ["owner: timeout", "waiting: queued", "waiting: queued"])
         #expect(messages.all.filter { $0.hasPrefix("no connection free for the request before its deadline (nothing sent)") }.count == 2)
     }
 }

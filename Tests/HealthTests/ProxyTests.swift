@@ -125,7 +125,7 @@ struct ProxyTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             try await Self.seed(db)
-            let closed = Nginx.freePort()
+            let closed = FreePort.next()
             let rig = try DaemonTests.Rig(databaseURL: conninfo, extra: ["HTTPS_PROXY": "http://127.0.0.1:\(closed)"])
             defer { rig.stop() }
             let startup = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)

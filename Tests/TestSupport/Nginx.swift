@@ -119,13 +119,6 @@ public final class Nginx: Sendable {
         """
     }
 
-    /// A free loopback port (bind 0, read it, close).
-    public static func freePort() -> UInt16 {
-        let socket = LoopbackSocket(listen: false)
-        defer { socket.close() }
-        return socket.port
-    }
-
     static func canConnect(_ port: UInt16) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }

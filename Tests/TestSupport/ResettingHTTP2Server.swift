@@ -10,7 +10,7 @@ public final class ResettingHTTP2Server: Sendable {
     private let process = Process()
 
     public init(fixtures: TLSFixtures = .shared) async throws {
-        port = Nginx.freePort()
+        port = FreePort.next()
         directory = NSTemporaryDirectory() + "mw-h2reset-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try Self.script.write(toFile: "\(directory)/server.py", atomically: true, encoding: .utf8)

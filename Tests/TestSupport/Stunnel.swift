@@ -13,7 +13,7 @@ public final class Stunnel: Sendable {
 
     public init(forwardingTo target: UInt16, fixtures: TLSFixtures = .shared) async throws {
         guard let binary = Self.binary else { throw TestSupportError("stunnel4 is not installed") }
-        port = Nginx.freePort()
+        port = FreePort.next()
         directory = NSTemporaryDirectory() + "mw-stunnel-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         // debug = 5 (notice) logs one "accepted connection" line per client connection.

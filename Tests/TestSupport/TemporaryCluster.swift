@@ -12,9 +12,7 @@ public final class TemporaryCluster: Sendable {
         guard ProcessInfo.processInfo.environment["TEST_PG_BINDIR"]?.isEmpty == false else {
             throw TestSupportError("TEST_PG_BINDIR is not set: run the suite through scripts/test")
         }
-        let probe = LoopbackSocket(listen: false)
-        port = probe.port
-        probe.close()
+        port = FreePort.next()
         directory = "/tmp/mw-cluster-\(UUID().uuidString.prefix(8))"
     }
 

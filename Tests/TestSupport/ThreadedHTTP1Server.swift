@@ -10,7 +10,7 @@ public final class ThreadedHTTP1Server: Sendable {
     private let process = Process()
 
     public init(handshakeDelay: Duration = .milliseconds(30), fixtures: TLSFixtures = .shared) async throws {
-        port = Nginx.freePort()
+        port = FreePort.next()
         directory = NSTemporaryDirectory() + "mw-h1-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try Self.script.write(toFile: "\(directory)/server.py", atomically: true, encoding: .utf8)

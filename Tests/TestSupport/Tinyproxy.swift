@@ -14,7 +14,7 @@ public final class Tinyproxy: Sendable {
     /// `basicAuth`: the user and password the proxy requires (tinyproxy refuses a tunnel without them with 401).
     public init(basicAuth: (user: String, password: String)? = nil) async throws {
         guard let binary = Self.binary else { throw TestSupportError("tinyproxy is not installed") }
-        port = Nginx.freePort()
+        port = FreePort.next()
         directory = NSTemporaryDirectory() + "mw-tinyproxy-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         // No ConnectPort line: CONNECT to any port (the stand-ins listen on random ones).

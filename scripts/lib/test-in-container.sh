@@ -1,7 +1,7 @@
 # Run by scripts/test-trixie inside its Debian 13 container (work tree at its own path, /opt/swift read-only):
 #   bash scripts/lib/test-in-container.sh BUNDLE FILTER...
 # Starts the tests' PostgreSQL (the container's 17) and PgBouncer (scripts/lib/test-db.sh), runs the test bundle
-# once per filter, one test at a time as scripts/test does, and prints PASS/FAIL per filter and a closing count.
+# once per filter, one test at a time, and prints PASS/FAIL per filter and a closing count.
 # KNOWN below: tests known to fail on Debian 13's libraries, each with what fails and why. They are reported
 # (KNOWN FAIL) and do not fail the run; any other failing test does. One that passes again is reported so that
 # it is taken off the list.
