@@ -192,7 +192,9 @@ struct FCMSenderTests {
     /// Sends that wait in libcurl for a connection another send is opening, and reach their deadline there, never
     /// reached FCM: they are retried without counting against FCM. Only a send that owns a stuck connection is a
     /// connection fault, one of the five in a row that pause the sender (eight such faults paused it before). At most
-    /// four sends to a server not yet known to multiplex start at once, so the eight go in two waves of one owner each.
+    /// four sends to a server not yet known to multiplex start at once, so the eight go in waves of one owner each: two
+    /// when they reach the client together, more when a loaded machine hands them over a few at a time. Up to four
+    /// owners, the other sends' eight failures would have paused the sender had they counted.
     @Test func sendsWaitingForAStuckConnection_areNotFaultsOfFCM() async throws {
         let fixtures = TLSFixtures.shared
         let keys = try fixtures.rsaKeyPair()
@@ -216,7 +218,7 @@ struct FCMSenderTests {
             return String(reason.prefix { $0 != ":" })
         }
         #expect(reasons.allSatisfy { $0 == "TRANSPORT_QUEUED" || $0 == "TRANSPORT_TIMEOUT" }, "\(reasons)")
-        #expect((1...2).contains(reasons.filter { $0 == "TRANSPORT_TIMEOUT" }.count), "\(reasons)")
+        #expect((1...4).contains(reasons.filter { $0 == "TRANSPORT_TIMEOUT" }.count), "\(reasons)")
         #expect(metrics.value("fcm_send_paused") == 0)
     }
 
