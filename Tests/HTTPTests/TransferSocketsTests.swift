@@ -13,13 +13,7 @@ struct TransferSocketsTests {
         let listener = LoopbackSocket(listen: true)
         let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         TransferSockets.cork(client)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = listener.port.bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let connected = withIPv4Address(port: listener.port) { connect(client, $0, $1) }
         try #require(connected == 0)
         let server = accept(listener.fd, nil, nil)
         try #require(server >= 0)

@@ -20,15 +20,8 @@ public enum RawClients {
     public static func connect(port: UInt16, from source: String = "127.0.0.1") -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return -1 }
-        var local = sockaddr_in()
-        local.sin_family = sa_family_t(AF_INET)
-        local.sin_addr.s_addr = inet_addr(source)
-        _ = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var remote = sockaddr_in()
-        remote.sin_family = sa_family_t(AF_INET)
-        remote.sin_addr.s_addr = inet_addr("127.0.0.1")
-        remote.sin_port = port.bigEndian
-        _ = withUnsafePointer(to: &remote) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        _ = withIPv4Address(source, port: 0) { bind(fd, $0, $1) }
+        _ = withIPv4Address(port: port) { Glibc.connect(fd, $0, $1) }
         return fd
     }
 
