@@ -200,7 +200,7 @@ struct FCMSenderTests {
         let keys = try fixtures.rsaKeyPair()
         let emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
         defer { emulator.stop() }
-        let silent = LoopbackSocket(listen: true)  // accepts, never completes a TLS handshake
+        let silent = LoopbackSocket()  // accepts, never completes a TLS handshake
         defer { silent.close() }
         let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
         let metrics = MetricsRegistry()

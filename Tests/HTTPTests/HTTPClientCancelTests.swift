@@ -11,7 +11,7 @@ private let abandoned = Recorder<HTTPClient>()
 struct HTTPClientCancelTests {
     /// A client with one slot, and a server that accepts connections and never answers (a request to it holds the slot).
     static func rig() throws -> (silent: LoopbackSocket, client: HTTPClient, url: String) {
-        let silent = LoopbackSocket(listen: true)
+        let silent = LoopbackSocket()
         let client = try HTTPClient(configuration: .init(maxInFlight: 1, requestTimeout: .seconds(30)))
         return (silent, client, "http://127.0.0.1:\(silent.port)/")
     }

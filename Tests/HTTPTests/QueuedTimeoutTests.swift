@@ -11,7 +11,7 @@ import Testing
 @Suite("HTTP client: a deadline passed in libcurl's queue", .blockingFixtures)
 struct QueuedTimeoutTests {
     @Test func requestsWaitingForAConnection_failAsQueued_theConnectionsOwnerAsTimeout() throws {
-        let silent = LoopbackSocket(listen: true)  // accepts, never answers: the TLS handshake never ends
+        let silent = LoopbackSocket()  // accepts, never answers: the TLS handshake never ends
         defer { silent.close() }
         let client = try HTTPClient(configuration: .init(maxInFlight: 4))
         defer { client.shutdown() }

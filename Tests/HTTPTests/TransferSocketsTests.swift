@@ -10,7 +10,7 @@ import Testing
 struct TransferSocketsTests {
     /// A connected pair: the client side (corked as libcurl's sockets are) and the accepted side.
     static func connectedPair() throws -> (client: Int32, server: Int32, listener: LoopbackSocket) {
-        let listener = LoopbackSocket(listen: true)
+        let listener = LoopbackSocket()
         let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         TransferSockets.cork(client)
         let connected = withIPv4Address(port: listener.port) { connect(client, $0, $1) }

@@ -284,7 +284,7 @@ struct PostgresConnectionTests {
     /// A server that accepts TCP and never answers (the kernel completes the handshake; nobody reads):
     /// the connection attempt fails with libpq's connect timeout instead of waiting for minutes.
     @Test func serverThatNeverAnswers_failsTheConnectionWithinTheDefaultTimeout() throws {
-        let server = LoopbackSocket(listen: true)
+        let server = LoopbackSocket()
         defer { server.close() }
         let port = server.port
         let error = #expect(throws: PostgresError.self) {

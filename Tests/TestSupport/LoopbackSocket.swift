@@ -1,16 +1,15 @@
 import Foundation
 
-/// A TCP socket bound to 127.0.0.1 on a port the kernel picks (tests that need a free port, or a
-/// server that accepts connections and never answers).
+/// A TCP socket listening on 127.0.0.1, on a port the kernel picks: a server that accepts connections (the kernel
+/// completes the handshake into the backlog) and never answers. Servers a test starts take `FreePort.next()`.
 public struct LoopbackSocket {
     public let fd: Int32
     public let port: UInt16
 
-    /// Binds, and with `listen` accepts connections into the backlog (the kernel completes the handshake).
-    public init(listen shouldListen: Bool) {
+    public init() {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         _ = withIPv4Address(port: 0) { bind(fd, $0, $1) }
-        if shouldListen { _ = Glibc.listen(fd, 8) }
+        _ = Glibc.listen(fd, 8)
         var address = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }

@@ -172,7 +172,7 @@ struct DaemonTests {
     /// SPEC §3 "A database that hangs": a server that accepts TCP and never answers. The daemon stays
     /// alive (200), not ready (503), and SIGTERM ends it with status 0 within SHUTDOWN_TIMEOUT.
     @Test func hungDatabase_aliveNotReady_andSIGTERMExitsZeroWithinTheShutdownTimeout() async throws {
-        let silent = LoopbackSocket(listen: true)
+        let silent = LoopbackSocket()
         defer { silent.close() }
         let rig = try Rig(databaseURL: "host=127.0.0.1 port=\(silent.port) user=worker dbname=app", extra: ["SHUTDOWN_TIMEOUT": "4s"])
         defer { rig.stop() }
