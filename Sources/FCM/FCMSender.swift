@@ -22,16 +22,25 @@ public struct FCMConfiguration: Sendable {
     /// claimed again and its recipients are decided anew (docs/operations.md, "Who gets the push": a
     /// link revoked or a phone that changed hands during an outage). Waits for the send rate alone never count.
     public var maxHeldThroughPause: Duration
+    /// Tokens of devices that received a push lately, newest first, leaving out the tokens given (the ones under
+    /// suspicion): what a disabling answer's dry run is sent to when no 200 witnessed it (the daemon asks the
+    /// database; empty: none known, as in a new deployment; nil: the database could not be asked).
+    public var knownGoodTokens: @Sendable (_ excluding: [String]) async -> [String]?
+    /// How long a disabling answer waits for a 200 to witness it before a dry run is sent.
+    public var witnessWait: Duration
 
     public init(serviceAccount: ServiceAccount, baseURL: String = "https://fcm.googleapis.com",
                 http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15)), maxSendsPerSecond: Double? = nil,
-                quotaPause: Duration = .seconds(60), maxHeldThroughPause: Duration = .seconds(30)) {
+                quotaPause: Duration = .seconds(60), maxHeldThroughPause: Duration = .seconds(30),
+                knownGoodTokens: @escaping @Sendable (_ excluding: [String]) async -> [String]? = { _ in [] }, witnessWait: Duration = .milliseconds(1500)) {
         self.serviceAccount = serviceAccount
         self.baseURL = baseURL
         self.http = http
         self.maxSendsPerSecond = maxSendsPerSecond
         self.quotaPause = quotaPause
         self.maxHeldThroughPause = maxHeldThroughPause
+        self.knownGoodTokens = knownGoodTokens
+        self.witnessWait = witnessWait
     }
 }
 
@@ -48,8 +57,8 @@ public final class FCMSender: PushSender {
     private let headers = Mutex<(token: String, headers: [String: String])?>(nil)
 
     let gate: SendGate
-    /// Tells a dead token's disabling answer from a fault of the project (docs/operations.md, "The disable brake").
-    private let disables: DisableGuard
+    /// Tells a dead token's disabling answer from a fault of the project (docs/operations.md, "A disable needs a witness").
+    private let witness: WitnessDesk
     /// The service account's project, named in the reasons of a project fault.
     private let projectId: String
     private let quotaPause: Duration
@@ -60,10 +69,8 @@ public final class FCMSender: PushSender {
                 now: @escaping @Sendable () -> Date = Date.init, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                 onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws(HTTPError) {
         // Overload and connection faults pause after this many in a row (a single device's 429 must not).
-        let disables = DisableGuard(metrics: metrics)
-        self.disables = disables
         gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), budget: configuration.maxSendsPerSecond,
-                        logger: logger, metrics: metrics, onHealth: onHealth, onResume: { disables.recovered() })
+                        logger: logger, metrics: metrics, onHealth: onHealth)
         quotaPause = configuration.quotaPause
         maxHeldThroughPause = configuration.maxHeldThroughPause
         projectId = configuration.serviceAccount.projectId
@@ -71,6 +78,8 @@ public final class FCMSender: PushSender {
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
                                      logger: logger, now: now, onStatus: onCredentials)
         endpoint = "\(configuration.baseURL)/v1/projects/\(configuration.serviceAccount.projectId)/messages:send"
+        witness = WitnessDesk(wait: configuration.witnessWait, http: http, tokens: tokens, endpoint: endpoint, metrics: metrics,
+                              knownGoodTokens: configuration.knownGoodTokens)
         self.logger = logger
         self.now = now
         duration = metrics.histogram("push_send_duration_seconds", help: "Time from sending an FCM request to its answer.")
@@ -115,7 +124,10 @@ public final class FCMSender: PushSender {
             drop: { completion(.notSent(reason: "held while sending was paused for an FCM fault; not transmitted")) }))
     }
 
-    public func cancelWaiting() { gate.dropHeld() }
+    public func cancelWaiting() {
+        gate.dropHeld()
+        witness.giveBack(apply: carryOut)
+    }
 
     /// This instance's share of the project's FCM budget, in sends per second (nil: no cap); the cap applies from
     /// now on (docs/operations.md, "FCM's project quota").
@@ -127,6 +139,7 @@ public final class FCMSender: PushSender {
 
     public func cancelInFlight() {
         gate.dropHeld()
+        witness.giveBack(apply: carryOut)
         http.cancelAll()
     }
 
@@ -176,7 +189,8 @@ public final class FCMSender: PushSender {
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
             case .outcome(.tokenInvalid(let reason, _)):
-                judgeDisable(push, reason: reason, ticket: ticket, completion)
+                let waiter = DisableWaiter(answer: Self.disablingAnswer(reason), reason: reason, ticket: ticket, completion: completion)
+                witness.disabling(token: push.token, started: started, waiter: waiter, apply: carryOut)
             case .outcome(let outcome):
                 if case .retry(let reason, let after, let minimum) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
                     // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
@@ -185,8 +199,9 @@ public final class FCMSender: PushSender {
                                quota: quota, ticket: ticket)
                 } else {
                     // A device over its own message rate says nothing against FCM or the project.
-                    if Self.isHealthy(outcome) { disables.healthy(token: push.token) }
                     gate.healthy(ticket: ticket)
+                    // FCM accepted a push with this key: the witness of every disabling answer to a send begun before.
+                    if case .sent = outcome { witness.accepted(token: push.token, apply: carryOut) }
                 }
                 completion(outcome)
             case .projectFault(let reason, let retryAfter):
@@ -210,37 +225,34 @@ public final class FCMSender: PushSender {
         }
     }
 
-    /// How long an undecided disabling answer waits at least before it is sent again (the engine's backoff may be longer).
-    static let undecidedDisableRetry: Duration = .seconds(2)
+    /// How long a disabling answer without a verdict (the dry run had none) waits at least before it is sent again.
+    static let unwitnessedRetry: Duration = .seconds(2)
 
-    /// An answer that would disable the device is evidence against it only when other devices' answers show the project
-    /// is fine (docs/operations.md, "The disable brake").
-    private func judgeDisable(_ push: DoseTakenPush, reason: String, ticket: UInt64, _ completion: @escaping @Sendable (SendOutcome) -> Void) {
-        let answer = Self.disablingAnswer(reason)
-        let judgement = disables.disabling(answer, token: push.token)
-        switch judgement.verdict {
-        case .disable:
-            gate.healthy(ticket: ticket)
-            completion(.tokenInvalid(reason: reason, vouched: judgement.vouched))
-        case .projectFault:
-            gate.fault(.project, reason: faultReason(judgement.dominant), retryAfter: nil, ticket: ticket)
-            completion(.retry(reason: "PROJECT_FAULT: \(judgement.dominant.rawValue)", after: nil, minimumBackoff: nil))
-        case .undecided:
-            // Too little evidence to disable or to pause: the device keeps its token and the send comes back. FCM did
-            // answer for the device, so a probe that gets this answer ends its pause (never a stuck gate).
-            gate.healthy(ticket: ticket)
-            completion(.retry(reason: "\(answer.rawValue)_UNCONFIRMED", after: Self.undecidedDisableRetry, minimumBackoff: nil))
+    /// The witness's verdict on a disabling answer, carried out: the gate hears the send's answer, the engine its outcome.
+    private func carryOut(_ waiter: DisableWaiter, _ verdict: DisableVerdict) {
+        switch verdict {
+        case .witnessed, .unwitnessed:
+            gate.healthy(ticket: waiter.ticket)
+            waiter.completion(.tokenInvalid(reason: waiter.reason, witnessed: verdict == .witnessed))
+        case .projectFault(let answer):
+            gate.fault(.project, reason: faultReason(answer), retryAfter: nil, cause: answer.rawValue, ticket: waiter.ticket)
+            waiter.completion(.retry(reason: "PROJECT_FAULT: \(answer.rawValue)", after: nil, minimumBackoff: nil))
+        case .retry:
+            // No verdict either way: the device keeps its token and the send comes back. A probe's answer is replaced by
+            // the next held send's.
+            gate.abandoned(ticket: waiter.ticket)
+            waiter.completion(.retry(reason: "\(waiter.answer.rawValue)_UNWITNESSED", after: Self.unwitnessedRetry, minimumBackoff: nil))
         }
     }
 
-    /// The brake's name for a disable reason from `FCMResponseClassifier`.
-    static func disablingAnswer(_ reason: String) -> DisableBrake.Answer {
+    /// The witness's name for a disable reason from `FCMResponseClassifier`.
+    static func disablingAnswer(_ reason: String) -> DisablingAnswer {
         if reason == FCMResponseClassifier.plainNotFoundReason { return .notFound }
-        return DisableBrake.Answer(rawValue: String(reason.prefix { $0.isUppercase || $0 == "_" })) ?? .unregistered
+        return DisablingAnswer(rawValue: String(reason.prefix { $0.isUppercase || $0 == "_" })) ?? .unregistered
     }
 
-    /// What `/readyz` and the log say when most devices give `answer`: the answer, and where an operator looks.
-    func faultReason(_ answer: DisableBrake.Answer) -> String {
+    /// What `/readyz` and the log say when a known-good token gets `answer`: the answer, and where an operator looks.
+    func faultReason(_ answer: DisablingAnswer) -> String {
         let what = switch answer {
         case .senderIdMismatch:
             "the service account (project \(projectId)) is not the project of the app's tokens; check FCM_SERVICE_ACCOUNT_FILE"
@@ -252,16 +264,7 @@ public final class FCMSender: PushSender {
         case .invalidToken:
             "FCM refuses the tokens as invalid for project \(projectId); check how the app and the API store tokens"
         }
-        return "\(answer.rawValue) from most devices: \(what)"
-    }
-
-    /// An answer about the device itself that FCM accepted (a send, its own message rate) shows the project and the path
-    /// work. Payload bugs and APNs credentials say nothing about that.
-    private static func isHealthy(_ outcome: SendOutcome) -> Bool {
-        switch outcome {
-        case .sent, .retry: true
-        case .permanentFailure, .notSent, .tokenInvalid: false
-        }
+        return "\(answer.rawValue) for a token that received pushes: \(what)"
     }
 
     private func requestHeaders(for token: String) -> [String: String] {

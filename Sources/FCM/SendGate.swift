@@ -41,7 +41,8 @@ final class SendGate: Sendable {
     private let logger: Logger
     private let onHealth: @Sendable (FCMHealth) -> Void
     private let onResume: @Sendable () -> Void
-    private let paused: Gauge
+    /// `fcm_send_paused{cause}`, one series per cause (a fault kind, or the disabling answer a known-good token got).
+    private let paused: [String: Gauge]
     private let probes: Counter
     private let faults: [FCMFault: Counter]
     private let rateLimit: Gauge
@@ -58,7 +59,13 @@ final class SendGate: Sendable {
         self.logger = logger
         self.onHealth = onHealth
         self.onResume = onResume
-        paused = metrics.gauge("fcm_send_paused", help: "1 while sending to FCM is paused for a project-wide fault.")
+        var paused: [String: Gauge] = [:]
+        for cause in SendGate.pauseCauses {
+            paused[cause] = metrics.gauge("fcm_send_paused",
+                                          help: "1 while sending to FCM is paused for a project-wide fault, by cause: project, overload, connection, or the disabling answer a token that received pushes got (SENDER_ID_MISMATCH: a key of another project; NOT_FOUND, UNREGISTERED, INVALID_ARGUMENT: the project, the URL or a proxy).",
+                                          labels: ["cause": cause])
+        }
+        self.paused = paused
         probes = metrics.counter("fcm_probes_total", help: "Single requests sent to learn whether FCM recovered from a pause.")
         rateLimit = metrics.gauge("fcm_send_rate_limit",
                                   help: "The sends per second this instance allows itself (its share of FCM_MAX_SENDS_PER_SECOND, lower after FCM's project quota was hit); 0: no cap.")
@@ -100,17 +107,20 @@ final class SendGate: Sendable {
     /// send-rate cap drops below the rate that hit the quota.
     @discardableResult
     func fault(_ kind: FCMFault, reason: String, retryAfter: Duration?, minimumPause: Duration? = nil, quota: Bool = false,
-               ticket: UInt64) -> Duration? {
+               cause: String? = nil, ticket: UInt64) -> Duration? {
         let now = ContinuousClock.now
         let jitter = Double.random(in: 0.5...1.0)
         let actions = machine.withLock {
-            $0.fault(kind, reason: reason, retryAfter: retryAfter, minimumPause: minimumPause, quota: quota, ticket: ticket,
+            $0.fault(kind, reason: reason, retryAfter: retryAfter, minimumPause: minimumPause, quota: quota, cause: cause, ticket: ticket,
                      jitter: jitter, now: now)
         }
         execute(actions)
         for case .schedule(.pauseEnd, let delay) in actions { return delay }
         return nil
     }
+
+    /// Every `cause` of `fcm_send_paused`.
+    static let pauseCauses = FCMFault.allCases.map(\.rawValue) + DisablingAnswer.allCases.map(\.rawValue)
 
     /// Pauses begun so far (compare two readings to learn whether a pause came between them).
     var pausesBegun: Int { pauses.load(ordering: .relaxed) }
@@ -153,9 +163,9 @@ final class SendGate: Sendable {
     private func report(_ report: Machine.Report) {
         switch report {
         case .health(let health): onHealth(health)
-        case .paused(let isPaused):
-            paused.set(isPaused ? 1 : 0)
-            if isPaused { pauses.add(1, ordering: .relaxed) }
+        case .paused(let cause):
+            for (name, gauge) in paused { gauge.set(name == cause ? 1 : 0) }
+            if cause != nil { pauses.add(1, ordering: .relaxed) }
         case .rateLimit(let cap): rateLimit.set(cap)
         case .fault(let kind): faults[kind]?.increment()
         case .quotaAnswer: quotaExceeded.increment()

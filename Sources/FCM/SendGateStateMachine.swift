@@ -43,8 +43,8 @@ struct SendGateStateMachine<Send> {
     /// What the owner reports: `/readyz`'s health, a metric, a log line.
     enum Report: Sendable, Equatable {
         case health(FCMHealth)
-        /// `fcm_send_paused`.
-        case paused(Bool)
+        /// `fcm_send_paused{cause}`: 1 for the episode's cause while paused (nil: not paused).
+        case paused(cause: String?)
         /// `fcm_send_rate_limit` (0: no cap).
         case rateLimit(Double)
         /// `fcm_faults_total{kind}`.
@@ -84,7 +84,7 @@ struct SendGateStateMachine<Send> {
     private(set) var held: [Send] = []
     /// Sends waiting for a token while open, oldest first; a pace timer is armed whenever there are any.
     private(set) var paced: [Send] = []
-    private var episode: (fault: FCMFault, reason: String, since: ContinuousClock.Instant)?
+    private var episode: (fault: FCMFault, cause: String, reason: String, since: ContinuousClock.Instant)?
     /// Identifies the probe's answer (sends started before the pause may still be answering).
     private var probeTicket: UInt64 = 0
     private var nextTicket: UInt64 = 0
@@ -134,7 +134,7 @@ struct SendGateStateMachine<Send> {
         held.removeAll()
         var actions: [Action] = []
         if let episode {
-            actions += [.resumed, .report(.paused(false)), .report(.health(.ok)),
+            actions += [.resumed, .report(.paused(cause: nil)), .report(.health(.ok)),
                         .report(.log(.resumed(episode.fault, pausedFor: now - episode.since, released: released.count)))]
             self.episode = nil
         }
@@ -144,9 +144,10 @@ struct SendGateStateMachine<Send> {
 
     /// A fault answer to the send with `ticket`. Without `retryAfter` a pause lasts at least `minimumPause`, else the
     /// backoff scaled by `jitter` (0.5…1). `quota`: the project's QUOTA_EXCEEDED; when it opens a pause from open
-    /// sending, the send-rate cap drops below the rate that hit the quota.
+    /// sending, the send-rate cap drops below the rate that hit the quota. `cause` names the episode in
+    /// `fcm_send_paused{cause}` (the disabling answer a known-good token got; default: the kind).
     mutating func fault(_ kind: FCMFault, reason: String, retryAfter: Duration?, minimumPause: Duration? = nil, quota: Bool = false,
-                        ticket: UInt64, jitter: Double, now: ContinuousClock.Instant) -> [Action] {
+                        cause: String? = nil, ticket: UInt64, jitter: Double, now: ContinuousClock.Instant) -> [Action] {
         var actions: [Action] = [.report(.fault(kind))]
         if quota { actions.append(.report(.quotaAnswer)) }
         consecutiveFaults += 1
@@ -169,10 +170,12 @@ struct SendGateStateMachine<Send> {
         held = paced + held
         paced.removeAll()
         let delay = pauseLength(retryAfter: retryAfter, minimum: minimumPause, jitter: jitter)
-        actions.append(.report(.paused(true)))
         if episode == nil {
-            episode = (kind, reason, now)
-            actions += [.report(.health(.paused(kind, reason: reason))), .report(.log(.paused(kind, reason: reason, pause: delay)))]
+            episode = (kind, cause ?? kind.rawValue, reason, now)
+            actions += [.report(.paused(cause: cause ?? kind.rawValue)), .report(.health(.paused(kind, reason: reason))),
+                        .report(.log(.paused(kind, reason: reason, pause: delay)))]
+        } else {
+            actions.append(.report(.paused(cause: episode!.cause)))
         }
         actions.append(.schedule(.pauseEnd, after: delay))
         return actions

@@ -59,9 +59,9 @@ public enum EventFate {
         /// `FAILED` with the reason; the device stays enabled (a payload bug, APNs credentials).
         case failed(reason: String)
         /// `FAILED`, and the device disabled (unless re-registered since the send began) and recorded in the ledger
-        /// under `code`; stays `PENDING` when the fleet's disable cap holds it (`vouched`: the sender's brake vouched
-        /// for it, see `OutboxStore.disableDevicesQuery`).
-        case failedDisablingDevice(code: String, reason: String, vouched: Bool = false)
+        /// under `code`; an unwitnessed one (a new deployment's) stays `PENDING` when the fleet's allowance is used up
+        /// (`OutboxStore.disableDevicesQuery`).
+        case failedDisablingDevice(code: String, reason: String, witnessed: Bool = true)
         /// Stays `PENDING`; the event is retried after its backoff.
         case retry(reason: String)
         /// Never transmitted: the lease is given back, the attempt uncounted.
@@ -73,7 +73,7 @@ public enum EventFate {
         case .sent(let name): .sent(messageName: name)
         case .permanentFailure(let reason): .failed(reason: reason)
         case .retry(let reason, _, _): .retry(reason: reason)
-        case .tokenInvalid(let reason, let vouched): .failedDisablingDevice(code: disableCode(reason), reason: reason, vouched: vouched)
+        case .tokenInvalid(let reason, let witnessed): .failedDisablingDevice(code: disableCode(reason), reason: reason, witnessed: witnessed)
         case .notSent: .release
         }
     }

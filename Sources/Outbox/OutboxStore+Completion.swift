@@ -11,55 +11,42 @@ extension OutboxStore {
     /// primary-key probe per event whatever the queue holds.
     static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
 
-    /// The fleet's disable cap (at most 10 devices disabled by the whole fleet): the disables, of every
-    /// instance, that the ledger may hold in `fleetDisableBurst` whatever the brake said (the onset of a project-wide
-    /// fault looks like a dead token to each instance's first answers), and in `fleetDisableWindow` once one of them was
-    /// not vouched for by the sender's brake.
-    public static let fleetDisableCap = 10
-    public static let fleetDisableWindow: Duration = .seconds(3600)
-    public static let fleetDisableBurst: Duration = .seconds(60)
-    /// The transaction-scoped advisory lock that orders the fleet's disable statements, so each counts the ledger with
-    /// the others' disables in it (taken first in a flush that disables; held until its commit).
-    static let fleetDisableLock: Int64 = 0x6d77_6469_7362_726b  // "mwdisbrk"
+    /// Disables without a witness the whole fleet may make (SPEC §3, "a disable needs a witness"): only where no token
+    /// of the project ever received a push (a new deployment), counted in the ledger's unwitnessed rows that
+    /// `devices enable` did not restore. A witnessed disable is never counted or held.
+    public static let unwitnessedDisableCap = 10
+    /// The transaction-scoped advisory lock that orders the fleet's unwitnessed disables, so each counts the ledger
+    /// with the others' in it (taken only by a flush that holds one; held until its commit; the worker's transactions
+    /// are READ COMMITTED, so the statement after the lock sees every disable committed before it).
+    static let unwitnessedDisableLock: Int64 = 0x6d77_6469_7362_726b  // "mwdisbrk"
 
-    /// Taken before `disableDevicesQuery` in the same pipelined transaction (no round trip of its own): the disable
-    /// statement's snapshot, taken after the lock is granted, sees every disable committed before.
-    static var fleetDisableLockQuery: PostgresQuery { "SELECT pg_advisory_xact_lock(\(fleetDisableLock)::bigint)" }
+    /// Taken before `disableDevicesQuery` in the same pipelined transaction (no round trip of its own).
+    static var unwitnessedDisableLockQuery: PostgresQuery { "SELECT pg_advisory_xact_lock(\(unwitnessedDisableLock)::bigint)" }
 
-    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began or the
-    /// fleet's cap is reached, and records each disable in `"PushDeviceDisabled"` in the same statement (the evidence,
-    /// the fleet's count, and the undo list for `devices enable`). The cap counts the ledger's disables not restored by
-    /// `devices enable`: fewer than `fleetDisableCap` in `fleetDisableBurst`; and fewer than `fleetDisableCap` in
-    /// `fleetDisableWindow`, unless the brake vouched for this one and for every other in that window. A healthy fleet's
-    /// dead tokens are vouched for and need only the burst's room; a project-wide fault's are vouched for only at its
-    /// onset (each instance's first two), so the whole fleet stops at the cap. A disable held by the cap
-    /// leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE). The ledger's `"disabledAt"` is
-    /// the device's new `"updatedAt"` (one `now()` per transaction): `devices enable` re-enables only devices nobody
-    /// changed since. One entry per device: its id, when the send began, the reason code, the event key, FCM's error
-    /// and whether the brake vouched for it.
+    /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and
+    /// records each disable in `"PushDeviceDisabled"` in the same statement (the evidence, and the undo list for
+    /// `devices enable`). An unwitnessed disable goes only while the fleet's unwitnessed disables number fewer than
+    /// `unwitnessedDisableCap`; one held leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE).
+    /// The ledger's `"disabledAt"` is the device's new `"updatedAt"` (one `now()` per transaction): `devices enable`
+    /// re-enables only devices nobody changed since. One entry per device: its id, when the send began, the reason
+    /// code, the event key, FCM's error and whether FCM accepted a known-good token after the send began.
     static func disableDevicesQuery(ids: [String], started: [Date], reasons: [String], keys: [String], errors: [String],
-                                    vouched: [Bool]) -> PostgresQuery {
+                                    witnessed: [Bool]) -> PostgresQuery {
         """
         WITH v AS (
             SELECT * FROM unnest(\(ids)::text[], \(started)::timestamptz[], \(reasons)::text[], \(keys)::text[], \(errors)::text[],
-                                 \(vouched.map { $0 ? "true" : "false" })::boolean[]) WITH ORDINALITY AS v(id, started, reason, key, err, vouched, n)
-        ), recent AS (
-            SELECT count(*) FILTER (WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableBurst.asSeconds)::double precision)) AS burst,
-                   count(*) FILTER (WHERE NOT l.vouched) AS unvouched, count(*) AS total
-            FROM "PushDeviceDisabled" l
-            WHERE l."disabledAt" > now() - make_interval(secs => \(fleetDisableWindow.asSeconds)::double precision) AND l."restoredAt" IS NULL
+                                 \(witnessed.map { $0 ? "true" : "false" })::boolean[]) WITH ORDINALITY AS v(id, started, reason, key, err, witnessed, n)
         ), candidates AS (
             SELECT DISTINCT ON (v.id) v.* FROM v JOIN "PushDevice" d ON d.id = v.id
             WHERE d."isEnabled" AND d."lastSeenAt" < v.started
             ORDER BY v.id, v.n
         ), admitted AS (
-            -- In the flush's order: each counts the ones before it.
+            -- In the flush's order, each unwitnessed one counts the ones before it.
             SELECT c.* FROM (
-                SELECT c.*, row_number() OVER w AS nth, count(*) FILTER (WHERE NOT c.vouched) OVER w AS nth_unvouched
-                FROM candidates c WINDOW w AS (ORDER BY c.n)
-            ) c CROSS JOIN recent
-            WHERE recent.burst + c.nth <= \(fleetDisableCap)
-              AND ((c.vouched AND recent.unvouched + c.nth_unvouched = 0) OR recent.total + c.nth <= \(fleetDisableCap))
+                SELECT c.*, count(*) FILTER (WHERE NOT c.witnessed) OVER (ORDER BY c.n) AS nth_unwitnessed FROM candidates c
+            ) c
+            WHERE c.witnessed OR (SELECT count(*) FROM "PushDeviceDisabled" l WHERE NOT l.witnessed AND l."restoredAt" IS NULL)
+                                 + c.nth_unwitnessed <= \(unwitnessedDisableCap)
         ), disabled AS (
             UPDATE "PushDevice" d
             SET "isEnabled" = false, "updatedAt" = now()
@@ -67,8 +54,8 @@ extension OutboxStore {
             WHERE d.id = a.id AND d."isEnabled" AND d."lastSeenAt" < a.started
             RETURNING d.id
         )
-        INSERT INTO "PushDeviceDisabled" ("pushDeviceId", reason, "eventKey", "lastError", "disabledAt", vouched)
-        SELECT a.id, a.reason, a.key, a.err, now(), a.vouched
+        INSERT INTO "PushDeviceDisabled" ("pushDeviceId", reason, "eventKey", "lastError", "disabledAt", witnessed)
+        SELECT a.id, a.reason, a.key, a.err, now(), a.witnessed
         FROM disabled JOIN admitted a ON a.id = disabled.id
         RETURNING "pushDeviceId" AS id
         """
@@ -86,7 +73,7 @@ extension OutboxStore {
     /// (`deliveries` … `answeredAt`: when FCM's answer came, UNIX seconds, a SENT delivery's `"sentAt"`) and per event
     /// settlement (`events` … `leases`). A DISABLE result (its `answeredAt` is when the send began) is FAILED when the
     /// flush's disable statement, earlier in the transaction, disabled the device or the app re-registered it since;
-    /// else the fleet's cap held it and it stays PENDING, retried with its event.
+    /// else the fleet's unwitnessed allowance held it and it stays PENDING, retried with its event.
     package static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
                               delays: [Double], errors: [String?], leases: [String], expected: [String]) -> PostgresQuery {
@@ -106,7 +93,7 @@ extension OutboxStore {
                 "sentAt" = CASE WHEN r.kind = 'SENT' THEN to_timestamp(r.answered) ELSE pd."sentAt" END,
                 "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
                 "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL
-                                   WHEN r.held THEN 'DISABLE_HELD: the fleet''s disable cap is reached; retried: ' || r.detail
+                                   WHEN r.held THEN 'DISABLE_HELD: the fleet''s unwitnessed disables are used up (no token of the project ever received a push); retried: ' || r.detail
                                    ELSE r.detail END,
                 "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM r
@@ -230,18 +217,18 @@ extension OutboxStore {
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
         var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
         var answered: [Double] = []
-        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String](), vouched: [Bool]())
+        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String](), witnessed: [Bool]())
         for result in completion.deliveries {
             let kind: String, detail: String
             switch EventFate.delivery(result.outcome) {
             case .sent(let name): (kind, detail) = (DeliveryOutcomeKind.sent.rawValue, name)
             case .failed(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
             case .retry(let reason): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
-            case .failedDisablingDevice(let code, let reason, let vouched):
+            case .failedDisablingDevice(let code, let reason, let witnessed):
                 (kind, detail) = (DeliveryOutcomeKind.disable.rawValue, reason)
                 disable.ids.append(result.deviceId); disable.started.append(result.claimedAt)
                 disable.reasons.append(code); disable.keys.append(result.eventKey); disable.errors.append(reason)
-                disable.vouched.append(vouched)
+                disable.witnessed.append(witnessed)
             case .release:
                 continue  // the completer releases these instead
             }
@@ -251,10 +238,10 @@ extension OutboxStore {
         }
         var plan = CompletionPlan()
         if !disable.ids.isEmpty {
-            // The lock first, before any row lock of the flush: every flush that disables takes it in the same order.
-            plan.statements.append((.lock, fleetDisableLockQuery))
+            // The lock first, before any row lock of the flush, and only for a new deployment's unwitnessed disables.
+            if disable.witnessed.contains(false) { plan.statements.append((.lock, unwitnessedDisableLockQuery)) }
             plan.statements.append((.disableDevices, disableDevicesQuery(ids: disable.ids, started: disable.started, reasons: disable.reasons,
-                                                                         keys: disable.keys, errors: disable.errors, vouched: disable.vouched)))
+                                                                         keys: disable.keys, errors: disable.errors, witnessed: disable.witnessed)))
         }
         let finished = completion.finished
         if !finished.isEmpty {

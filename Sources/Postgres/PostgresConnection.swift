@@ -200,7 +200,7 @@ public final class PostgresConnection {
         guard PQenterPipelineMode(raw) == 1 else {
             throw PostgresError(isHealthy ? .queryFailed : .connectionLost, message: PostgresConnection.errorText(raw), statement: "BEGIN")
         }
-        var queued: [(sql: String, parameters: [PostgresValue])] = [("BEGIN", [])]
+        var queued: [(sql: String, parameters: [PostgresValue])] = [(settings.begin, [])]
         if !settings.isEmpty { queued.append((settings.selectStatement, [])) }
         let first = queued.count
         queued += statements

@@ -9,12 +9,22 @@ public struct TransactionSettings: Sendable, Equatable {
     public let values: [(name: String, value: String)]
     /// `SELECT set_config(…, true), …` for every setting, built once: it goes out with every transaction.
     let selectStatement: String
+    /// The transaction's `BEGIN`, with the isolation level the statements rely on when they name one.
+    let begin: String
 
     /// No settings: a plain `BEGIN`.
     public static let none = TransactionSettings(values: [])
 
-    public init(values: [(name: String, value: String)]) {
+    /// `isolation`: `READ COMMITTED` where correctness depends on each statement seeing what committed before it (an
+    /// advisory lock that orders a count, `SKIP LOCKED` claims), whatever `default_transaction_isolation` the
+    /// database or the role was given; nil: the server's default.
+    public init(values: [(name: String, value: String)], isolation: String? = nil) {
+        self.init(values: values, begin: isolation.map { "BEGIN ISOLATION LEVEL \($0)" } ?? "BEGIN")
+    }
+
+    private init(values: [(name: String, value: String)], begin: String) {
         self.values = values
+        self.begin = begin
         selectStatement = "SELECT " + values.map { "set_config(\(Self.literal($0.name)), \(Self.literal($0.value)), true)" }
             .joined(separator: ", ")
     }
@@ -33,7 +43,9 @@ public struct TransactionSettings: Sendable, Equatable {
             ("DateStyle", "ISO, YMD"), ("TimeZone", "UTC"),
         ]
         if asynchronousCommit { values.append(("synchronous_commit", "off")) }
-        return TransactionSettings(values: values)
+        // Every claim, lease and count of the worker is written for READ COMMITTED: a role or database defaulting to
+        // REPEATABLE READ would fail its SKIP LOCKED updates and let the unwitnessed-disable count read a stale snapshot.
+        return TransactionSettings(values: values, isolation: "READ COMMITTED")
     }
 
     /// These settings plus `enable_seqscan=off`, for transactions whose statements find every row by a key (the
@@ -43,7 +55,7 @@ public struct TransactionSettings: Sendable, Equatable {
     /// to update 100). Off, the planner takes the index whatever the statistics say. Only for keyed statements: where
     /// no index serves, a statement scans all the same, at a cost estimate that misleads the rest of its plan.
     public func forKeyedStatements() -> TransactionSettings {
-        TransactionSettings(values: values + [("enable_seqscan", "off")])
+        TransactionSettings(values: values + [("enable_seqscan", "off")], begin: begin)
     }
 
     /// These settings plus `plan_cache_mode=force_generic_plan`, for small statements run many times a second (the
@@ -54,14 +66,14 @@ public struct TransactionSettings: Sendable, Equatable {
     /// (`PostgresConnection.PreparedStatement`). The claim and the fan-out (a batch each, a few times a second) keep
     /// the choice: custom plans of a 100-event fan-out ran 30% faster than the generic one.
     public func forFrequentStatements() -> TransactionSettings {
-        TransactionSettings(values: values + [("plan_cache_mode", "force_generic_plan")])
+        TransactionSettings(values: values + [("plan_cache_mode", "force_generic_plan")], begin: begin)
     }
 
     public var isEmpty: Bool { values.isEmpty }
 
     /// `BEGIN` followed by the settings (simple protocol, one round trip).
     var beginStatement: String {
-        values.isEmpty ? "BEGIN" : "BEGIN; " + selectStatement
+        values.isEmpty ? begin : begin + "; " + selectStatement
     }
 
     private static func literal(_ text: String) -> String {
@@ -69,6 +81,6 @@ public struct TransactionSettings: Sendable, Equatable {
     }
 
     public static func == (lhs: TransactionSettings, rhs: TransactionSettings) -> Bool {
-        lhs.values.map(\.name) == rhs.values.map(\.name) && lhs.values.map(\.value) == rhs.values.map(\.value)
+        lhs.begin == rhs.begin && lhs.values.map(\.name) == rhs.values.map(\.name) && lhs.values.map(\.value) == rhs.values.map(\.value)
     }
 }

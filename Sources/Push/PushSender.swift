@@ -40,9 +40,10 @@ public enum SendOutcome: Sendable, Equatable {
     /// `minimumBackoff` is a floor for the caller's backoff (60 s for QUOTA_EXCEEDED without Retry-After).
     case retry(reason: String, after: Duration?, minimumBackoff: Duration?)
     /// The token is dead (UNREGISTERED, a stale token's SENDER_ID_MISMATCH, invalid token): disable the device.
-    /// `vouched`: the sender's brake saw this answer alone among healthy ones, so the fleet's disable cap need not hold
-    /// it for long (`OutboxStore.disableDevicesQuery`); a sender without a brake leaves it false.
-    case tokenInvalid(reason: String, vouched: Bool = false)
+    /// `witnessed`: FCM accepted a push for a known-good token with the same key after this send began (SPEC §3, "a
+    /// disable needs a witness"). false only where no token of the project ever received a push: such disables share
+    /// the fleet's small allowance (`OutboxStore.unwitnessedDisableCap`).
+    case tokenInvalid(reason: String, witnessed: Bool = true)
     /// Will never succeed as is (payload bug, APNs credentials): fail, keep the device, alert.
     case permanentFailure(reason: String)
     /// Never transmitted (held during a pause when the stop came): nothing happened, the delivery is given back.

@@ -246,5 +246,20 @@ public enum Migrations {
             ALTER TABLE "PushDeviceDisabled" ADD COLUMN IF NOT EXISTS vouched boolean NOT NULL DEFAULT false
             """,
         ]),
+        // A disable needs a witness (round 6): the ledger says whether FCM accepted a known-good token after the send
+        // began. Only a new deployment's disables are unwitnessed, and the fleet counts those (a partial index keeps the
+        // count off the ledger's history). The share-of-answers rule's `vouched` is renamed, not dropped: the ledger
+        // keeps its rows, and every row before this migration had a healthy answer beside it, so it counts as witnessed.
+        Migration(version: 9, name: "disable ledger: witnessed disables (a disable needs a witness)", statements: [
+            """
+            ALTER TABLE "PushDeviceDisabled" RENAME COLUMN vouched TO witnessed
+            """,
+            """
+            UPDATE "PushDeviceDisabled" SET witnessed = true WHERE NOT witnessed
+            """,
+        ], concurrentIndexes: [
+            ConcurrentIndex("PushDeviceDisabled_unwitnessed_idx",
+                            on: #""PushDeviceDisabled" ("disabledAt") WHERE NOT witnessed AND "restoredAt" IS NULL"#),
+        ]),
     ]
 }

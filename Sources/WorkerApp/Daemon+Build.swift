@@ -24,7 +24,9 @@ extension Daemon {
         health.set(.database, .down("not checked yet"))
         health.set(.fcmCredentials, .ok)
         health.set(.fcm, .ok)
-        let sender = try fcmSender(startup, http: http, health: health, logger: logger, metrics: metrics)
+        let pools = DaemonPools(configuration: configuration)
+        let sender = try fcmSender(startup, http: http, health: health, knownGood: KnownGoodTokens(client: pools.maintenance),
+                                   logger: logger, metrics: metrics)
         let appStore = try startup.appStore.map { appStore in
             try AppStoreServices(configuration: appStore, worker: configuration, logger: logger, metrics: metrics, onKeyStatus: { reason in
                 health.set(.appStore, reason.map { .down($0) } ?? .ok)
@@ -41,7 +43,6 @@ extension Daemon {
             logger.notice("App Store configuration absent: entitlement re-checks are off")
         }
         let notifier = SystemdNotifier()
-        let pools = DaemonPools(configuration: configuration)
 
         // `work` wakes one claimer per NOTIFY (and on settled events); the engine wakes all on stop.
         let work = WakeSignal()
@@ -72,11 +73,13 @@ extension Daemon {
 
     /// The FCM sender, reporting its health (paused, credentials failing) to `/readyz`. The whole budget until the first
     /// heartbeat (at start) tells how many instances share it.
-    private static func fcmSender(_ startup: StartupConfiguration, http: HTTPClientConfiguration, health: HealthState, logger: Logger,
-                                  metrics: MetricsRegistry) throws -> FCMSender {
+    /// A disabling answer no 200 witnessed is checked with a dry run to `knownGood`'s tokens.
+    private static func fcmSender(_ startup: StartupConfiguration, http: HTTPClientConfiguration, health: HealthState,
+                                  knownGood: KnownGoodTokens, logger: Logger, metrics: MetricsRegistry) throws -> FCMSender {
         let configuration = startup.configuration
         let fcm = FCMConfiguration(serviceAccount: startup.serviceAccount, baseURL: configuration.fcmBaseURL, http: http,
-                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init))
+                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init),
+                                   knownGoodTokens: { await knownGood.newest(excluding: $0) })
         return try FCMSender(configuration: fcm, logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
             switch state {
             case .ok: health.set(.fcm, .ok)

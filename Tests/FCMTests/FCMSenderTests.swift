@@ -24,6 +24,7 @@ struct FCMSenderTests {
     /// test waits only the gate's own backoff); `projectQuota`: the emulator's (nil: none).
     static func rig(trust: Bool = true, signingKey: String? = nil, tokenLifetime: Int = 3600, maxInFlight: Int = 20,
                     maxSendsPerSecond: Double? = nil, quotaPause: Duration = .zero, projectQuota: (rate: Double, burst: Int)? = nil,
+                    knownGoodTokens: @escaping @Sendable ([String]) async -> [String]? = { _ in [] },
                     now: @escaping @Sendable () -> Date = Date.init,
                     onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                     onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws -> Rig {
@@ -39,7 +40,8 @@ struct FCMSenderTests {
         let sender = try FCMSender(
             configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                             http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: trust ? fixtures.caFile : nil),
-                                            maxSendsPerSecond: maxSendsPerSecond, quotaPause: quotaPause),
+                                            maxSendsPerSecond: maxSendsPerSecond, quotaPause: quotaPause,
+                                            knownGoodTokens: knownGoodTokens, witnessWait: .milliseconds(200)),
             logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics, now: now, onHealth: onHealth,
             onCredentials: onCredentials)
         return Rig(emulator: emulator, sender: sender, metrics: metrics, serviceAccountFile: file)
@@ -64,13 +66,14 @@ struct FCMSenderTests {
     }
 
     @Test(arguments: [
-        // Alone, with no other device's answer to judge it by, a disabling answer is retried (DisableBrakeTests,
-        // SenderMismatchTests); `disablingAnswers_amongHealthyDevices_disable` has them among healthy answers.
-        ("unregistered-1", SendOutcome.retry(reason: "UNREGISTERED_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
-        ("notfound-1", .retry(reason: "NOT_FOUND_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
-        ("mismatch-1", .retry(reason: "SENDER_ID_MISMATCH_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
-        ("invalid-1", .retry(reason: "INVALID_ARGUMENT_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
-        ("invalidtokenfield-1", .retry(reason: "INVALID_ARGUMENT_UNCONFIRMED", after: .seconds(2), minimumBackoff: nil)),
+        // Alone, where no token ever received a push (a new deployment), a disabling answer is an unwitnessed disable
+        // (the fleet's allowance holds those: DisableWitnessFleetTests); `disablingAnswers_amongHealthyDevices_disable`
+        // has them witnessed.
+        ("unregistered-1", SendOutcome.tokenInvalid(reason: "UNREGISTERED", witnessed: false)),
+        ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, witnessed: false)),
+        ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: false)),
+        ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: false)),
+        ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: false)),
         ("badarg-1", .permanentFailure(reason: "INVALID_ARGUMENT: Request contains an invalid argument.")),
         ("payload-1", .permanentFailure(reason: "INVALID_ARGUMENT: bad field message.apns.payload")),
         ("denied-1", .retry(reason: "PROJECT_FAULT: PERMISSION_DENIED", after: nil, minimumBackoff: nil)),
@@ -89,27 +92,33 @@ struct FCMSenderTests {
         #expect(rig.emulator.receivedMessages.isEmpty)
     }
 
-    /// Among healthy answers, each dead token is disabled at once, whatever the answer; the brake vouches for it.
-    @Test func disablingAnswers_amongHealthyDevices_disable() async throws {
+    /// After a healthy answer, each dead token is witnessed, whatever the answer: by a 200 answered after its send
+    /// began, or (sent one at a time here, so none comes) by a dry run to the token FCM last accepted.
+    @Test func disablingAnswers_afterAHealthyAnswer_areWitnessed() async throws {
         let rig = try Self.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }
-        for index in 0..<20 {
-            guard case .sent = await rig.sender.send(Self.push("good-\(index)")) else { Issue.record("not sent"); return }
-        }
+        guard case .sent = await rig.sender.send(Self.push("good-0")) else { Issue.record("not sent"); return }
         let expected: [(String, SendOutcome)] = [
-            ("unregistered-1", .tokenInvalid(reason: "UNREGISTERED", vouched: true)),
-            ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, vouched: true)),
-            ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", vouched: true)),
-            ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", vouched: true)),
-            ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", vouched: true)),
+            ("unregistered-1", .tokenInvalid(reason: "UNREGISTERED", witnessed: true)),
+            ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, witnessed: true)),
+            ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: true)),
+            ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: true)),
+            ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: true)),
         ]
         for (token, outcome) in expected {
             #expect(await rig.sender.send(Self.push(token)) == outcome, "\(token)")
-            // A window of healthy answers in between: each dead token is alone among them.
-            for index in 0..<20 { _ = await rig.sender.send(Self.push("good-\(index)-\(token)")) }
         }
-        #expect(rig.metrics.value("fcm_sender_id_mismatch_total", labels: ["answer": "NOT_FOUND", "verdict": "disabled"]) == 1)
-        #expect(rig.metrics.value("fcm_send_paused") == 0)
+        #expect(rig.metrics.value("fcm_disabling_answers_total", labels: ["answer": "NOT_FOUND", "verdict": "witnessed"]) == 1)
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
+        // A dry run reaches no phone.
+        #expect(rig.emulator.receivedMessages.count == 1)
+        #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "project"]) == 0)
+
+        // Sent together with healthy devices, a dead token is witnessed by their 200s: no dry run.
+        async let dead = rig.sender.send(Self.push("unregistered-2"))
+        for index in 1..<50 { _ = await rig.sender.send(Self.push("good-\(index)")) }
+        #expect(await dead == .tokenInvalid(reason: "UNREGISTERED", witnessed: true))
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
     }
 
     @Test func retryAfterAsHTTPDate_overTheWire() async throws {
@@ -179,13 +188,13 @@ struct FCMSenderTests {
             #expect(await rig.sender.send(Self.push("devicequota-\(index)")) == .retry(reason: "QUOTA_EXCEEDED_DEVICE", after: .seconds(20),
                                                                                       minimumBackoff: nil))
         }
-        #expect(rig.metrics.value("fcm_send_paused") == 0)
+        #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 0)
         // Nor does it change the send rate.
         #expect(rig.sender.sendRateLimit == nil)
         #expect(rig.metrics.value("fcm_quota_exceeded_total") == 0)
         guard case .sent = await rig.sender.send(Self.push("good-after-device-quota")) else { Issue.record("another device was held"); return }
         for index in 0..<8 { _ = await rig.sender.send(Self.push("projectquota-\(index)")) }
-        #expect(rig.metrics.value("fcm_send_paused") == 1)
+        #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 1)
         #expect(rig.metrics.value("fcm_quota_exceeded_total") == 8)
     }
 
@@ -219,7 +228,7 @@ struct FCMSenderTests {
         }
         #expect(reasons.allSatisfy { $0 == "TRANSPORT_QUEUED" || $0 == "TRANSPORT_TIMEOUT" }, "\(reasons)")
         #expect((1...4).contains(reasons.filter { $0 == "TRANSPORT_TIMEOUT" }.count), "\(reasons)")
-        #expect(metrics.value("fcm_send_paused") == 0)
+        #expect(metrics.value("fcm_send_paused", labels: ["cause": "connection"]) == 0)
     }
 
     @Test func oneTokenFetch_servesManySends() async throws {

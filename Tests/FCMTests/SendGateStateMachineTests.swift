@@ -70,7 +70,7 @@ struct SendGateStateMachineTests {
         case .resumed: "resumed"
         case .report(.health(.ok)): "health ok"
         case .report(.health(.paused(let kind, let reason))): "health paused \(kind) \(reason)"
-        case .report(.paused(let paused)): "paused \(paused ? 1 : 0)"
+        case .report(.paused(let cause)): "paused \(cause == nil ? 0 : 1)"
         case .report(.rateLimit(let cap)): "cap \(rate(cap))"
         case .report(.fault(let kind)): "fault \(kind)"
         case .report(.quotaAnswer): "quota 429"
@@ -324,7 +324,7 @@ struct SendGateStateMachineTests {
         gate.submit(held("a"))
         let pause = gate.fault(.overload, reason: "UNAVAILABLE", retryAfter: .milliseconds(100), ticket: 1)
         #expect(pause == .milliseconds(100))
-        #expect(metrics.value("fcm_send_paused") == 1)
+        #expect(metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 1)
         gate.submit(held("b"))
         gate.submit(held("c"))
         #expect(try await eventually("the probe b runs once the pause ends") { events.all.contains("run b#2") })
@@ -333,7 +333,7 @@ struct SendGateStateMachineTests {
         gate.submit(held("d"))
         gate.dropHeld()
         #expect(events.all == ["run a#1", "health paused", "run b#2", "resumed", "health ok", "run c#3", "run d#4"])
-        #expect(metrics.value("fcm_send_paused") == 0)
+        #expect(metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 0)
         #expect(metrics.value("fcm_faults_total", labels: ["kind": "overload"]) == 1)
     }
 }

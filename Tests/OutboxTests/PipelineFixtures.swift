@@ -121,8 +121,9 @@ func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout De
     return (worker, metrics, sink)
 }
 
-/// A real `FCMSender` against the loopback emulator over TLS, torn down on every path.
-func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
+/// A real `FCMSender` against the loopback emulator over TLS, torn down on every path. `knownGood`: the database whose
+/// newest SENT deliveries a disabling answer's dry run goes to, as the daemon wires it (nil: none known).
+func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                         configure: (inout FCMConfiguration) -> Void = { _ in },
                         _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
     let fixtures = TLSFixtures.shared
@@ -134,6 +135,10 @@ func withEmulatorSender(maxInFlight: Int = 20, onHealth: @escaping @Sendable (FC
     let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
     var fcm = FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile))
+    if let conninfo {
+        let known = KnownGoodTokens(client: PostgresClient(conninfo: conninfo))
+        fcm.knownGoodTokens = { await known.newest(excluding: $0) }
+    }
     configure(&fcm)
     let sender = try FCMSender(
         configuration: fcm,

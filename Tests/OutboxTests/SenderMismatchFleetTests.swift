@@ -19,20 +19,25 @@ struct SenderMismatchFleetTests {
         if case .paused(.project, let reason) = health { reason.contains("SENDER_ID_MISMATCH") } else { false }
     }
 
-    /// A key of another project: every send of a 120-device fleet answers SENDER_ID_MISMATCH. Nothing is disabled
-    /// (at most 10 would be allowed), nothing FAILED, sending pauses naming SENDER_ID_MISMATCH; once FCM accepts the
-    /// key, with no restart, every delivery is SENT exactly once.
+    /// A key of another project after a healthy start: every send of a 120-device fleet answers SENDER_ID_MISMATCH, and
+    /// so does the dry run to a token that received a push. Nothing is disabled, nothing FAILED, sending pauses naming
+    /// SENDER_ID_MISMATCH; once FCM accepts the key, with no restart, every delivery is SENT exactly once.
     @Test func wrongKey_fleetOf120_disablesNothing_pauses_andDeliversEverythingOnceFixed() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let health = Recorder<FCMHealth>()
-            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
+            try await withEmulatorSender(knownGood: conninfo, onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: (0..<120).map { "fleet-\($0)" })
-                for group in 0..<2 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
-                emulator.setProjectFault(.senderIdMismatch)
+                // A deployment that has delivered: the database knows tokens FCM accepted.
+                try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "warm"))
                 let stop = StopSignal()
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
+                try await eventually("the first event is DONE", timeout: .seconds(30)) {
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 1
+                }
+                emulator.setProjectFault(.senderIdMismatch)
+                for group in 0..<2 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
 
                 try await eventually("an instance pauses for the wrong key", timeout: .seconds(30)) { health.all.contains(where: Self.pausedForWrongKey) }
                 try await eventually("a delivery records SENDER_ID_MISMATCH", timeout: .seconds(30)) {
@@ -42,20 +47,21 @@ struct SenderMismatchFleetTests {
                 try await Task.sleep(for: .seconds(3))
                 #expect(health.all.last.map(Self.pausedForWrongKey) == true)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
-                try FCMFaultTests.expectNothingDisabledSettledOrFinished(db)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'FAILED'"#) == 0)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 1)
                 #expect((emulator.stats.sendsByOutcome["project_sender_id_mismatch"] ?? 0) <= 20 + 5)
 
                 emulator.setProjectFault(nil)
-                try await eventually("both events are DONE", timeout: .seconds(60)) {
-                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 2
+                try await eventually("every event is DONE", timeout: .seconds(60)) {
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 3
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
                 let deliveries = try db.deliveries()
-                #expect(deliveries.count == 240)
+                #expect(deliveries.count == 360)
                 #expect(deliveries.allSatisfy { $0.status == "SENT" })
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
-                #expect(emulator.stats.distinctAccepted == 240)
+                #expect(emulator.stats.distinctAccepted == 360)
                 #expect(emulator.stats.duplicates == 0)
                 #expect(health.last == .ok)
             }
@@ -67,7 +73,7 @@ struct SenderMismatchFleetTests {
     @Test func staleTokenAmongTwentyHealthy_isDisabled_theRestSent_noPause() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let health = Recorder<FCMHealth>()
-            try await withEmulatorSender(onHealth: { state in health.record(state) }) { sender, emulator in
+            try await withEmulatorSender(knownGood: conninfo, onHealth: { state in health.record(state) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: (0..<20).map { "good-\($0)" } + ["mismatch-stale"])
                 for group in 0..<3 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }

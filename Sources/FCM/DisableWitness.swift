@@ -1,0 +1,168 @@
+/// A disable needs a witness (SPEC §3; docs/operations.md, "A disable needs a witness"). FCM answers UNREGISTERED, a
+/// plain 404 NOT_FOUND, an invalid token or SENDER_ID_MISMATCH both for one dead token and for every token when the
+/// project, the key, the URL or a proxy is wrong; only another token tells which. The answer is evidence against its
+/// token when FCM, with the same credentials, accepts a push for a token known to be good after this send began:
+/// a real 200, or, when none comes within `wait`, a `validate_only` dry run to a token that received a push.
+///
+/// A value: its owner (`FCMSender`) serialises access, runs the dry run and carries out the verdicts. `Waiter` is the
+/// owner's answer-in-waiting (a test uses a number).
+package struct DisableWitness<Waiter> {
+    /// What the owner does with a disabling answer now.
+    package enum Step {
+        /// Carry out this verdict for the answer.
+        case decided(DisableVerdict)
+        /// Held until the witness's next verdict; nothing to arm.
+        case wait
+        /// Held; after `after`, call `checkDue` (unless a 200 witnessed everything first) and dry run what it returns.
+        case check(after: Duration)
+    }
+
+    /// How long a disabling answer waits for a real 200 before a dry run is sent.
+    package let wait: Duration
+
+    /// When FCM last accepted a push (a 200) in this process, and the token it accepted.
+    private(set) var lastAccepted: (at: ContinuousClock.Instant, token: String)?
+    /// Disabling answers waiting for a witness, oldest first.
+    private(set) var waiting: [(token: String, waiter: Waiter)] = []
+    /// A check is armed or a dry run is in flight: one at a time.
+    private var checking = false
+    /// The answer of the project fault declared last, until FCM accepts a push again: a disabling answer meanwhile is
+    /// checked at once (no real 200 comes while sending is paused).
+    private(set) var fault: DisablingAnswer?
+
+    package init(wait: Duration = .milliseconds(1500)) {
+        self.wait = wait
+    }
+
+    /// FCM accepted a push for `token`: every waiting answer is witnessed (each send began before this answer came).
+    package mutating func accepted(token: String, at now: ContinuousClock.Instant) -> [Waiter] {
+        lastAccepted = (now, token)
+        fault = nil
+        return drain()
+    }
+
+    /// A disabling answer for `token`, to a send that began at `started`.
+    package mutating func disabling(token: String, started: ContinuousClock.Instant, waiter: Waiter) -> Step {
+        if let lastAccepted, lastAccepted.at > started { return .decided(.witnessed) }
+        waiting.append((token, waiter))
+        guard !checking else { return .wait }
+        checking = true
+        return .check(after: fault == nil ? wait : .zero)
+    }
+
+    /// The check's time came: the tokens waiting for a witness (the suspects: no dry run goes to one of them, and the
+    /// database's known-good tokens leave them out), or nil when a 200 witnessed everything meanwhile.
+    package mutating func checkDue() -> Set<String>? {
+        guard !waiting.isEmpty else {
+            checking = false
+            return nil
+        }
+        return Set(waiting.map(\.token))
+    }
+
+    /// The tokens to dry run, in order: this process's last accepted token, then `known` (the database's), never a
+    /// suspect. Empty: no token other than the suspects ever received a push, so nothing can witness (a new deployment,
+    /// or one whose only phones that ever got a push are the ones now answering so).
+    package func witnesses(known: [String], suspects: Set<String>) -> [String] {
+        var tokens: [String] = []
+        for token in [lastAccepted?.token].compactMap({ $0 }) + known where !suspects.contains(token) && !tokens.contains(token) {
+            tokens.append(token)
+        }
+        return tokens
+    }
+
+    /// The dry run's result: a verdict for every waiting answer.
+    package mutating func dryRunAnswered(_ result: DryRunResult, at now: ContinuousClock.Instant) -> [(Waiter, DisableVerdict)] {
+        checking = false
+        let verdict: DisableVerdict
+        switch result {
+        case .accepted(let token):
+            lastAccepted = (now, token)
+            fault = nil
+            verdict = .witnessed
+        case .refused(let answer):
+            fault = answer
+            verdict = .projectFault(answer)
+        case .noKnownGoodToken:
+            verdict = .unwitnessed
+        case .inconclusive:
+            verdict = .retry
+        }
+        return drain().map { ($0, verdict) }
+    }
+
+    /// Every waiting answer, taken out (witnessed, or given back unjudged at stop).
+    package mutating func drain() -> [Waiter] {
+        defer { waiting.removeAll() }
+        return waiting.map(\.waiter)
+    }
+}
+
+extension DisableWitness: Sendable where Waiter: Sendable {}
+
+/// An answer that would disable its device; the raw value names it in `/readyz`, the log and the metrics.
+package enum DisablingAnswer: String, Sendable, Equatable, CaseIterable {
+    /// 404 with the FcmError detail UNREGISTERED.
+    case unregistered = "UNREGISTERED"
+    /// Google's plain 404 NOT_FOUND without an FcmError detail.
+    case notFound = "NOT_FOUND"
+    /// 400 INVALID_ARGUMENT naming the registration token.
+    case invalidToken = "INVALID_ARGUMENT"
+    /// 403 SENDER_ID_MISMATCH.
+    case senderIdMismatch = "SENDER_ID_MISMATCH"
+}
+
+/// What becomes of a disabling answer.
+package enum DisableVerdict: Sendable, Equatable {
+    /// FCM accepted a known-good token after this send began: the token is dead, disable its device.
+    case witnessed
+    /// No token of the project ever received a push (a new deployment): disabled within the fleet's allowance
+    /// (`OutboxStore.unwitnessedDisableCap`).
+    case unwitnessed
+    /// A known-good token got a disabling answer too: the project is at fault; pause, disable nothing.
+    case projectFault(DisablingAnswer)
+    /// The dry run got no verdict (a timeout, a 5xx): the send is retried later; nothing disabled, nothing paused.
+    case retry
+
+    /// The `verdict` label of `fcm_disabling_answers_total`.
+    package var label: String {
+        switch self {
+        case .witnessed: "witnessed"
+        case .unwitnessed: "unwitnessed"
+        case .projectFault: "project_fault"
+        case .retry: "retried"
+        }
+    }
+
+    package static let labels = ["witnessed", "unwitnessed", "project_fault", "retried"]
+}
+
+/// What the dry run to the known-good tokens found.
+package enum DryRunResult: Sendable, Equatable {
+    /// FCM accepted this token.
+    case accepted(token: String)
+    /// Every known-good token tried got a disabling answer (the first one's).
+    case refused(DisablingAnswer)
+    /// No token of the project ever received a push.
+    case noKnownGoodToken
+    /// No verdict: a timeout, a 5xx, no access token.
+    case inconclusive
+
+    /// One known-good token's answer to a dry run.
+    package enum Answer: Sendable, Equatable {
+        case accepted
+        case refused(DisablingAnswer)
+        case inconclusive
+    }
+
+    /// The result from each known-good token's answer, in the order tried: an acceptance witnesses; else an answer
+    /// without a verdict leaves it open; else every token refused, and the first refusal names the fault.
+    package static func combine(_ answers: [(token: String, answer: Answer)]) -> DryRunResult {
+        guard !answers.isEmpty else { return .noKnownGoodToken }
+        if let accepted = answers.first(where: { $0.answer == .accepted }) { return .accepted(token: accepted.token) }
+        for case (_, .refused(let answer)) in answers where !answers.contains(where: { $0.answer == .inconclusive }) {
+            return .refused(answer)
+        }
+        return .inconclusive
+    }
+}

@@ -1,0 +1,146 @@
+import Dispatch
+import FoundationEssentials
+import HTTP
+import JSON
+import Metrics
+import Push
+import Synchronization
+
+/// A disabling answer held until the witness's verdict: how to finish its send.
+struct DisableWaiter: Sendable {
+    var answer: DisablingAnswer
+    /// The classifier's reason, written to the delivery and the ledger.
+    var reason: String
+    /// The gate's ticket of the send (a probe's answer ends or extends its pause with the verdict).
+    var ticket: UInt64
+    var completion: @Sendable (SendOutcome) -> Void
+}
+
+/// The sender's half of "a disable needs a witness": one lock around `DisableWitness`, the dry run to known-good tokens,
+/// the verdicts carried out (gate, completion, metrics). Nothing is decided here.
+final class WitnessDesk: Sendable {
+    private let witness: Mutex<DisableWitness<DisableWaiter>>
+    /// Tokens of devices that received a push lately, newest first, other than the ones given (the daemon asks the
+    /// database); nil: it could not be asked.
+    private let knownGoodTokens: @Sendable ([String]) async -> [String]?
+    /// The sender's client, credentials and URL: a dry run goes where the sends go, with the same key.
+    private let http: HTTPClient
+    private let tokens: AccessTokenProvider
+    private let endpoint: String
+    private let verdicts: [DisablingAnswer: [String: Counter]]
+    private let dryRuns: [String: Counter]
+
+    init(wait: Duration, http: HTTPClient, tokens: AccessTokenProvider, endpoint: String, metrics: MetricsRegistry,
+         knownGoodTokens: @escaping @Sendable ([String]) async -> [String]?) {
+        witness = Mutex(DisableWitness(wait: wait))
+        self.knownGoodTokens = knownGoodTokens
+        self.http = http
+        self.tokens = tokens
+        self.endpoint = endpoint
+        var verdicts: [DisablingAnswer: [String: Counter]] = [:]
+        for answer in DisablingAnswer.allCases {
+            for verdict in DisableVerdict.labels {
+                verdicts[answer, default: [:]][verdict] = metrics.counter(
+                    "fcm_disabling_answers_total",
+                    help: "Answers that would disable a device (UNREGISTERED, NOT_FOUND, INVALID_ARGUMENT, SENDER_ID_MISMATCH) by verdict: witnessed (disabled), unwitnessed (a new deployment's, within the fleet's allowance), project_fault (a known-good token answered the same), retried (no verdict).",
+                    labels: ["answer": answer.rawValue, "verdict": verdict])
+            }
+        }
+        self.verdicts = verdicts
+        var dryRuns: [String: Counter] = [:]
+        for result in ["accepted", "refused", "inconclusive"] {
+            dryRuns[result] = metrics.counter("fcm_dry_runs_total",
+                                              help: "validate_only dry runs sent to a known-good token to witness a disabling answer, by FCM's answer (each counts against the project's quota).",
+                                              labels: ["result": result])
+        }
+        self.dryRuns = dryRuns
+    }
+
+    /// FCM accepted a push for `token`: every waiting disabling answer is witnessed.
+    func accepted(token: String, apply: (DisableWaiter, DisableVerdict) -> Void) {
+        let now = ContinuousClock.now
+        let witnessed = witness.withLock { $0.accepted(token: token, at: now) }
+        for waiter in witnessed { decided(waiter, .witnessed, apply: apply) }
+    }
+
+    /// A disabling answer to a send that began at `started`: decided now, or held for a witness.
+    func disabling(token: String, started: ContinuousClock.Instant, waiter: DisableWaiter,
+                   apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) {
+        switch witness.withLock({ $0.disabling(token: token, started: started, waiter: waiter) }) {
+        case .decided(let verdict):
+            decided(waiter, verdict, apply: apply)
+        case .wait:
+            break
+        case .check(let delay):
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay.asSeconds) { [self] in
+                Task { await check(apply: apply) }
+            }
+        }
+    }
+
+    /// Every held answer, given back unjudged (stop): each send is retried by its event.
+    func giveBack(apply: (DisableWaiter, DisableVerdict) -> Void) {
+        for waiter in witness.withLock({ $0.drain() }) { decided(waiter, .retry, apply: apply) }
+    }
+
+    /// No 200 came within the wait: a dry run to known-good tokens other than the suspects, in order, until one is
+    /// accepted.
+    private func check(apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) async {
+        guard let suspects = witness.withLock({ $0.checkDue() }) else { return }
+        // Ask the database only when this process has no accepted token to offer.
+        let remembered = witness.withLock { $0.lastAccepted?.token }
+        let known: [String]?
+        if let remembered, !suspects.contains(remembered) { known = [] } else { known = await knownGoodTokens(Array(suspects)) }
+        guard let known else {
+            // The database could not say which tokens are good: no verdict (not a new deployment's allowance).
+            finish(.inconclusive, apply: apply)
+            return
+        }
+        let tokens = witness.withLock { $0.witnesses(known: known, suspects: suspects) }
+        var answers: [(token: String, answer: DryRunResult.Answer)] = []
+        for token in tokens.prefix(3) {
+            let answer = await dryRun(token)
+            switch answer {
+            case .accepted: dryRuns["accepted"]?.increment()
+            case .refused: dryRuns["refused"]?.increment()
+            case .inconclusive: dryRuns["inconclusive"]?.increment()
+            }
+            answers.append((token, answer))
+            if answer == .accepted { break }
+        }
+        finish(DryRunResult.combine(answers), apply: apply)
+    }
+
+    private func finish(_ result: DryRunResult, apply: (DisableWaiter, DisableVerdict) -> Void) {
+        let now = ContinuousClock.now
+        let decided = witness.withLock { $0.dryRunAnswered(result, at: now) }
+        for (waiter, verdict) in decided { self.decided(waiter, verdict, apply: apply) }
+    }
+
+    /// A `validate_only` send to `token` with the sender's key: FCM's verdict on the token and the project.
+    private func dryRun(_ token: String) async -> DryRunResult.Answer {
+        guard let access = try? await tokens.token() else { return .inconclusive }
+        let request = HTTPRequest(method: .post, url: endpoint,
+                                  headers: ["Authorization": "Bearer \(access)", "Content-Type": "application/json"],
+                                  body: Self.dryRunBody(token: token), timeout: .seconds(10))
+        guard let response = try? await http.execute(request) else { return .inconclusive }
+        switch FCMResponseClassifier.classify(status: response.status, headers: response.headers, body: response.body, now: Date()) {
+        case .outcome(.sent): return .accepted
+        case .outcome(.tokenInvalid(let reason, _)): return .refused(FCMSender.disablingAnswer(reason))
+        default: return .inconclusive
+        }
+    }
+
+    /// The body of a `validate_only` send to `token`: FCM checks the token and the project, and delivers nothing.
+    static func dryRunBody(token: String) -> [UInt8] {
+        Array(JSONValue.object([
+            "validate_only": .bool(true),
+            "message": .object(["token": .string(token), "data": .object(["type": .string("WITNESS")])]),
+        ]).serialized.utf8)
+    }
+
+    private func decided(_ waiter: DisableWaiter, _ verdict: DisableVerdict, apply: (DisableWaiter, DisableVerdict) -> Void) {
+        verdicts[waiter.answer]?[verdict.label]?.increment()
+        apply(waiter, verdict)
+    }
+}
