@@ -175,9 +175,8 @@ public final class FCMSender: PushSender {
                 if error.code != .cancelled && error.code != .shutdown && error.code != .queued {
                     gate.fault(.connection, reason: reason, retryAfter: nil, ticket: ticket)
                 } else {
-                    // No answer, and none will come: if this was the probe, the next held send probes instead. A send
-                    // whose deadline passed while it waited in libcurl for a connection never reached FCM: that says
-                    // nothing against FCM (the send that owns the connection reports the connection's own fault).
+                    // No answer, and none will come: the next held send probes instead. A send whose deadline passed while
+                    // it waited in libcurl for a connection never reached FCM (its owner reports the connection's fault).
                     gate.abandoned(ticket: ticket)
                 }
                 completion(.retry(reason: reason, after: nil, minimumBackoff: nil))
@@ -189,8 +188,7 @@ public final class FCMSender: PushSender {
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
             case .outcome(.tokenInvalid(let reason, _)):
-                let waiter = DisableWaiter(answer: Self.disablingAnswer(reason), reason: reason, ticket: ticket, completion: completion)
-                witness.disabling(token: push.token, started: started, waiter: waiter, apply: carryOut)
+                awaitWitness(push.token, reason: reason, started: started, ticket: ticket, completion)
             case .outcome(let outcome):
                 if case .retry(let reason, let after, let minimum) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
                     // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
@@ -198,9 +196,9 @@ public final class FCMSender: PushSender {
                     gate.fault(.overload, reason: reason, retryAfter: after, minimumPause: quota && minimum != nil ? quotaPause : nil,
                                quota: quota, ticket: ticket)
                 } else {
-                    // A device over its own message rate says nothing against FCM or the project.
+                    // A device over its own message rate says nothing against FCM or the project. A 200 witnesses every
+                    // disabling answer to a send begun before it.
                     gate.healthy(ticket: ticket)
-                    // FCM accepted a push with this key: the witness of every disabling answer to a send begun before.
                     if case .sent = outcome { witness.accepted(token: push.token, apply: carryOut) }
                 }
                 completion(outcome)
@@ -227,6 +225,13 @@ public final class FCMSender: PushSender {
 
     /// How long a disabling answer without a verdict (the dry run had none) waits at least before it is sent again.
     static let unwitnessedRetry: Duration = .seconds(2)
+
+    /// A disabling answer goes to the witness, which decides now or once a 200 or a dry run says whether FCM accepts the key.
+    private func awaitWitness(_ token: String, reason: String, started: ContinuousClock.Instant, ticket: UInt64,
+                              _ completion: @escaping @Sendable (SendOutcome) -> Void) {
+        let waiter = DisableWaiter(answer: Self.disablingAnswer(reason), reason: reason, ticket: ticket, completion: completion)
+        witness.disabling(token: token, started: started, waiter: waiter, apply: carryOut)
+    }
 
     /// The witness's verdict on a disabling answer, carried out: the gate hears the send's answer, the engine its outcome.
     private func carryOut(_ waiter: DisableWaiter, _ verdict: DisableVerdict) {

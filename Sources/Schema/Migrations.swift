@@ -251,11 +251,22 @@ public enum Migrations {
         // count off the ledger's history). The share-of-answers rule's `vouched` is renamed, not dropped: the ledger
         // keeps its rows, and every row before this migration had a healthy answer beside it, so it counts as witnessed.
         Migration(version: 9, name: "disable ledger: witnessed disables (a disable needs a witness)", statements: [
+            // Once: migrations replayed after an interruption find `witnessed` there, and migration 8 has just added an
+            // empty `vouched` again, which goes.
             """
-            ALTER TABLE "PushDeviceDisabled" RENAME COLUMN vouched TO witnessed
-            """,
-            """
-            UPDATE "PushDeviceDisabled" SET witnessed = true WHERE NOT witnessed
+            DO $$
+            DECLARE
+                has_witnessed boolean := EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                                                 AND table_name = 'PushDeviceDisabled' AND column_name = 'witnessed');
+            BEGIN
+                IF has_witnessed THEN
+                    ALTER TABLE "PushDeviceDisabled" DROP COLUMN IF EXISTS vouched;
+                ELSE
+                    ALTER TABLE "PushDeviceDisabled" RENAME COLUMN vouched TO witnessed;
+                    UPDATE "PushDeviceDisabled" SET witnessed = true WHERE NOT witnessed;
+                END IF;
+            END
+            $$
             """,
         ], concurrentIndexes: [
             ConcurrentIndex("PushDeviceDisabled_unwitnessed_idx",
