@@ -34,13 +34,14 @@ let package = Package(
         .target(name: "Timekeeping"),
         // `ErrorCode<Family>` and `CodedError`: the shape of every module's error struct.
         .target(name: "ErrorCodes"),
-        // Foundation-free string helpers: trimming whitespace, zero padding, fixed decimals.
+        // Foundation-free string helpers: trimming whitespace, zero padding, fixed decimals; `Printable`, the one escaping
+        // of every logged or printed value, and the command line's stdout and stderr.
         .target(name: "TextSupport"),
         .target(name: "JSON"),
         // The push contract between the engine and whatever sends: DoseTakenPush, SendOutcome, PushSender.
         .target(name: "Push"),
         .target(name: "Lifecycle"),
-        .target(name: "Logging", dependencies: ["Systemd"]),
+        .target(name: "Logging", dependencies: ["Systemd", "TextSupport"]),
         .target(name: "Schema", dependencies: ["Postgres", "Timekeeping"]),
         .target(name: "Metrics"),
         .target(name: "FCM", dependencies: ["HTTP", "Crypto", "JSON", "Push", "Logging", "Metrics", "Timekeeping", "ErrorCodes", "TextSupport"]),
@@ -56,7 +57,7 @@ let package = Package(
         ]),
         .target(name: "WorkerApp", dependencies: [
             "Postgres", "Schema", "HTTP", "Crypto", "Systemd", "Logging", "Metrics", "WorkerConfig",
-            "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping", "OperatorCommands",
+            "FCM", "AppStore", "Outbox", "Health", "Lifecycle", "Timekeeping", "TextSupport", "OperatorCommands",
         ]),
         .executableTarget(name: "medication-worker", dependencies: ["WorkerApp"]),
 
@@ -80,10 +81,11 @@ let package = Package(
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "HTTP", "Metrics", "TestSupport"]),
         .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "CCurl", "TestSupport"]),
-        .testTarget(name: "LoggingTests", dependencies: ["Logging", "Health", "HTTPServer", "Metrics", "TestSupport"]),
+        .testTarget(name: "LoggingTests", dependencies: ["Logging", "TextSupport", "Health", "HTTPServer", "Metrics", "TestSupport"]),
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping"]),
-        .testTarget(name: "WorkerAppTests", dependencies: ["WorkerApp", "FCMEmulator", "HTTP", "HTTPServer", "Postgres", "Schema", "TestSupport"]),
-        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        .testTarget(name: "TextSupportTests", dependencies: ["TextSupport"]),
+        .testTarget(name: "WorkerAppTests", dependencies: ["WorkerApp", "TextSupport", "FCMEmulator", "HTTP", "HTTPServer", "Postgres", "Schema", "TestSupport"]),
+        .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "TextSupport", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
         .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "OutboxBench", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

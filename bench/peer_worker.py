@@ -2,6 +2,7 @@
 time, same tables and the same semantics as far as a small worker goes (claim with SKIP LOCKED, one
 delivery row per device, mark results). Pointed at the same FCM stand-in and token endpoint.
 Usage: peer_worker.py DATABASE_URL SERVICE_ACCOUNT_JSON FCM_BASE_URL   (REQUESTS_CA_BUNDLE trusts the test CA)"""
+import hashlib
 import sys
 import time
 
@@ -51,7 +52,7 @@ with psycopg.connect(database_url, autocommit=True) as conn:
                 notification=messaging.Notification(title="服薬記録", body=body),
                 data={"type": "DOSE_TAKEN", "patientId": patient_id, "date": payload["date"], "slot": payload["slot"],
                       "recordingGroupId": payload.get("recordingGroupId") or ""},
-                apns=messaging.APNSConfig(headers={"apns-collapse-id": key[:64]},
+                apns=messaging.APNSConfig(headers={"apns-collapse-id": hashlib.sha256(key.encode()).hexdigest()},
                                           payload=messaging.APNSPayload(aps=messaging.Aps(sound="default", thread_id="patient-" + patient_id))))
                 for _, token in rows]
             if msgs:

@@ -11,10 +11,10 @@ public enum FCMMessage {
         withinTime ? "\(displayName)さんが時間内に薬を服用しました" : "\(displayName)さんが薬を服用しました"
     }
 
-    /// `apns-collapse-id`: the eventKey when it fits APNs' 64-byte limit, else a stable hash of it.
+    /// `apns-collapse-id`: SHA-256 of the eventKey in lower-case hex (64 bytes, APNs' limit), never the key itself: the
+    /// key can name a patient and the time of a dose, and Google and Apple see this header. The same on every retry.
     public static func collapseId(eventKey: String) -> String {
-        if eventKey.utf8.count <= 64 { return eventKey }
-        return "doseTaken:" + Digest.hex(Digest.sha256(Array(eventKey.utf8))).prefix(54)
+        Digest.hex(Digest.sha256(Array(eventKey.utf8)))
     }
 
     /// FCM refuses a message over 4,096 bytes; the whole request body stays within it.

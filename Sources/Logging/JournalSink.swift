@@ -1,8 +1,10 @@
 import Systemd
+import TextSupport
 
 /// Writes native journal entries: `MESSAGE`, `PRIORITY`, `SYSLOG_IDENTIFIER`, `LOGGER`, and
 /// each metadata key upper-cased with dots as underscores (`fcm.error` → `FCM_ERROR`), so
-/// `journalctl -u medication-worker FCM_ERROR=UNREGISTERED` works.
+/// `journalctl -u medication-worker FCM_ERROR=UNREGISTERED` works. Every value is `Printable.escaped`: the journal
+/// would keep an ESC or a carriage return as it is, and `journalctl` shows it to the reader's terminal.
 public struct JournalSink: LogSink {
     public init() {}
 
@@ -13,13 +15,13 @@ public struct JournalSink: LogSink {
     /// The journal fields of an entry (pure; tested without a journal).
     public static func fields(for entry: LogEntry) -> [(String, String)] {
         var fields: [(String, String)] = [
-            ("MESSAGE", entry.message),
+            ("MESSAGE", Printable.escaped(entry.message)),
             ("PRIORITY", String(entry.level.syslogPriority)),
             ("SYSLOG_IDENTIFIER", "medication-worker"),
-            ("LOGGER", entry.label),
+            ("LOGGER", Printable.escaped(entry.label)),
         ]
         for key in entry.metadata.keys.sorted() {
-            fields.append((fieldName(key), entry.metadata[key] ?? ""))
+            fields.append((fieldName(key), Printable.escaped(entry.metadata[key] ?? "")))
         }
         return fields
     }

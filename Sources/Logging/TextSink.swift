@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Synchronization
+import TextSupport
 
 /// One `key=value` line per entry on stderr, for terminals and non-journal supervisors.
 public struct TextSink: LogSink {
@@ -10,16 +11,8 @@ public struct TextSink: LogSink {
     public init() {}
 
     public func write(_ entry: LogEntry) {
-        var line = TextSink.format(entry) + "\n"
-        Self.lock.withLock { _ in
-            line.withUTF8 { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let written = Glibc.write(STDERR_FILENO, bytes.baseAddress! + offset, bytes.count - offset)
-                    if written > 0 { offset += written } else if written < 0 && errno == EINTR { continue } else { return }
-                }
-            }
-        }
+        let line = TextSink.format(entry) + "\n"
+        Self.lock.withLock { _ in StandardStreams.writeAll(line, to: STDERR_FILENO) }
     }
 
     /// Formats an entry: `ts=… level=… logger=… msg="…" key=value …`, keys sorted.
@@ -36,14 +29,21 @@ public struct TextSink: LogSink {
         return parts.joined(separator: " ")
     }
 
+    /// A value as logfmt writes it: bare when it is plain, else in double quotes with `\` and `"` backslashed and
+    /// every control character escaped by `Printable.escaped` (`\n`, `\r`, `\u{1B}`), so a value from a client or a
+    /// peer can neither end the line nor drive the reader's terminal.
     static func quote(_ value: String) -> String {
-        let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0.isNewline }
+        // By scalars: a combining mark after a quote makes one Character of them, and must not hide the quote.
+        let needsQuotes = value.isEmpty || value.unicodeScalars.contains { $0 == " " || $0 == "=" || $0 == "\"" || $0 == "\\" }
+            || Printable.needsEscaping(value)
         guard needsQuotes else { return value }
-        let escaped = value
-            .replacing("\\", with: "\\\\")
-            .replacing("\"", with: "\\\"")
-            .replacing("\n", with: "\\n")
-        return "\"\(escaped)\""
+        // Backslashes first, so an escape `Printable` writes stays distinguishable from the same text in the value.
+        var body = String.UnicodeScalarView()
+        for scalar in value.unicodeScalars {
+            if scalar == "\\" || scalar == "\"" { body.append("\\") }
+            body.append(scalar)
+        }
+        return "\"" + Printable.escaped(String(body)) + "\""
     }
 
     static func timestamp(_ date: Date) -> String {

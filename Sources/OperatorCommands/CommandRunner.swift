@@ -1,6 +1,6 @@
 import FoundationEssentials
-import Glibc
 import JSON
+import TextSupport
 import WorkerConfig
 
 /// Runs one operator command from the command line: `--help` gives that command's own help, `--json` one JSON document
@@ -34,13 +34,22 @@ public enum CommandRunner {
     /// Parses and runs `type` with `arguments` (what follows its name), prints what it reports; returns the exit status.
     public static func run(_ type: any OperatorCommand.Type, arguments: [String], environment: [String: String]) async -> Int32 {
         let result = await execute(type, arguments: arguments, environment: environment)
-        if !result.output.isEmpty { print(result.output) }
-        if !result.errorOutput.isEmpty { printError(result.errorOutput) }
+        if !result.output.isEmpty { StandardStreams.out(result.output) }
+        if !result.errorOutput.isEmpty { StandardStreams.error(result.errorOutput) }
         return result.status
     }
 
-    /// Parses and runs `type`; returns what it would print (tests assert on exactly this).
+    /// Parses and runs `type`; returns what it would print (tests assert on exactly this), escaped for a terminal:
+    /// text through `Printable.lines`, the `--json` document through `Printable.json`.
     public static func execute(_ type: any OperatorCommand.Type, arguments: [String], environment: [String: String]) async -> Result {
+        let json = arguments.contains("--json")
+        var result = await unescaped(type, arguments: arguments, environment: environment)
+        result.output = json ? Printable.json(result.output) : Printable.lines(result.output)
+        result.errorOutput = Printable.lines(result.errorOutput)
+        return result
+    }
+
+    private static func unescaped(_ type: any OperatorCommand.Type, arguments: [String], environment: [String: String]) async -> Result {
         var arguments = CommandArguments(arguments, command: type.name)
         if arguments.flag("--help") || arguments.flag("-h") {
             return Result(status: ExitStatus.ok, output: type.help, errorOutput: "")
@@ -92,12 +101,6 @@ public enum CommandRunner {
         return Result(status: status, output: output, errorOutput: message)
     }
 
-    /// One message on stderr.
-    public static func printError(_ message: String) {
-        let line = message + "\n"
-        var bytes = Array(line.utf8)
-        _ = bytes.withUnsafeMutableBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
-    }
 }
 
 extension String {

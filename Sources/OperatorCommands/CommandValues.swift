@@ -1,6 +1,7 @@
 import FoundationEssentials
 import JSON
 import Outbox
+import TextSupport
 import WorkerConfig
 
 /// How the commands read and show values: durations, timestamps, masked tokens, JSON members.
@@ -27,38 +28,10 @@ public enum CommandValues {
 
     static func oneDecimal(_ value: Double) -> String { DurationText.oneDecimal(value) }
 
-    /// Text from the database or the app's payload (`"eventKey"`, `"lastError"`, ids) made safe for a terminal: every
-    /// control character (C0, DEL, C1), line or paragraph separator and bidirectional override comes out as an escape
-    /// (`\n`, `\r`, `\t`, `\u{1B}`), so a value can neither move the cursor, recolour, forge a line nor hide text.
-    /// Every command's text output goes through this (tables do it for their cells); `--json` needs nothing.
-    public static func printable(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
-        var escaped = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": escaped += "\\n"
-            case "\r": escaped += "\\r"
-            case "\t": escaped += "\\t"
-            case _ where needsEscape(scalar): escaped += "\\u{\(String(scalar.value, radix: 16, uppercase: true))}"
-            default: escaped.unicodeScalars.append(scalar)
-            }
-        }
-        return escaped
-    }
-
-    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.properties.generalCategory {
-        case .control, .lineSeparator, .paragraphSeparator: return true
-        default: return scalar.properties.isBidiControl
-        }
-    }
-
-    /// `printable` of an optional value, `-` when there is none.
-    public static func printable(_ text: String?, none: String = "-") -> String { text.map(printable) ?? none }
-
-    /// Rows as aligned columns under a header (two spaces between columns); every cell `printable`.
+    /// Rows as aligned columns under a header (two spaces between columns); every cell `Printable.escaped`, so a value
+    /// from the database or the app's payload cannot break the table into another line.
     public static func table(_ header: [String], _ rows: [[String]]) -> String {
-        let rows = rows.map { $0.map(printable) }
+        let rows = rows.map { $0.map(Printable.escaped) }
         var widths = header.map(\.count)
         for row in rows {
             for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) }

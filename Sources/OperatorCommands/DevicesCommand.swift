@@ -1,6 +1,7 @@
 import FoundationEssentials
 import JSON
 import Postgres
+import TextSupport
 import Timekeeping
 
 /// `devices disabled [--since DURATION] [--reason CODE]` and `devices enable --since DURATION [--reason CODE] [--dry-run]`:
@@ -50,7 +51,7 @@ struct DevicesCommand: OperatorCommand {
             guard since != nil else { throw UsageError("devices enable needs --since DURATION (the window of the disables to undo)") }
             action = .enable(dryRun: arguments.flag("--dry-run"))
         default:
-            throw UsageError("devices takes `disabled` or `enable`, got \"\(verb)\"")
+            throw UsageError("devices takes `disabled` or `enable`, got \"\(Printable.escaped(verb))\"")
         }
     }
 
@@ -145,7 +146,7 @@ struct DevicesCommand: OperatorCommand {
         var disables: [Disable]
 
         var text: String {
-            let scope = (since.map { " within \(CommandValues.age($0.asSeconds))" } ?? "") + (reason.map { " for \(CommandValues.printable($0))" } ?? "")
+            let scope = (since.map { " within \(CommandValues.age($0.asSeconds))" } ?? "") + (reason.map { " for \(Printable.escaped($0))" } ?? "")
             guard !disables.isEmpty else { return "no devices disabled by the worker\(scope)" }
             let rows = disables.map { disable in
                 let now = disable.enabledNow.map { $0 ? "enabled" : "disabled" } ?? "deleted"
@@ -171,12 +172,12 @@ struct DevicesCommand: OperatorCommand {
         var skipped: [(deviceId: String, reason: String)]
 
         var text: String {
-            let scope = "within \(CommandValues.age(since.asSeconds))" + (reason.map { " for \(CommandValues.printable($0))" } ?? "")
+            let scope = "within \(CommandValues.age(since.asSeconds))" + (reason.map { " for \(Printable.escaped($0))" } ?? "")
             var lines = ["\(dryRun ? "would re-enable" : "re-enabled") \(enabled.count) device(s) disabled \(scope)"
                 + (enabled.isEmpty ? "" : ": " + CommandValues.idList(enabled))]
             if !skipped.isEmpty {
                 lines.append("skipped \(skipped.count):")
-                for skip in skipped { lines.append("  \(CommandValues.printable(skip.deviceId)): \(CommandValues.printable(skip.reason))") }
+                for skip in skipped { lines.append("  \(Printable.escaped(skip.deviceId)): \(Printable.escaped(skip.reason))") }
             }
             if dryRun { lines.append("dry run: nothing changed") }
             return lines.joined(separator: "\n")

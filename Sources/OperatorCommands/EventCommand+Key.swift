@@ -1,5 +1,6 @@
 import Outbox
 import Postgres
+import TextSupport
 
 /// `event EVENT_KEY` for an event that has not settled: `"eventKey"` is written only when an event settles (DONE, or
 /// DEAD after its attempts), so a PENDING, EXPIRED or DEAD-at-claim event is found by the key its payload gives, computed
@@ -49,8 +50,8 @@ extension EventCommand.Event {
 
     /// The text's `key:` line: the written key, else the computed one and why it is not written yet.
     var keyLine: String {
-        if let eventKey { return CommandValues.printable(eventKey) }
-        if let computedKey { return "\(CommandValues.printable(computedKey)) (computed from the payload; written when the event settles)" }
+        if let eventKey { return Printable.escaped(eventKey) }
+        if let computedKey { return "\(Printable.escaped(computedKey)) (computed from the payload; written when the event settles)" }
         return "(none: the payload is not a valid \(DoseTakenEvent.eventType) event)"
     }
 }

@@ -2,6 +2,7 @@ import FoundationEssentials
 import JSON
 import Outbox
 import Postgres
+import TextSupport
 
 /// `event ID|EVENT_KEY`: one outbox event, every delivery of its patient and key, and the devices not sent to because
 /// another registration speaks for their token; tokens masked.
@@ -36,7 +37,7 @@ struct EventCommand: OperatorCommand {
     init(arguments: inout CommandArguments) throws(UsageError) {
         guard let target = arguments.positional() else { throw UsageError("event needs an event id or an event key") }
         if let id = Int64(target) {
-            guard id > 0 else { throw UsageError("an event id is a positive integer, got \(target)") }
+            guard id > 0 else { throw UsageError("an event id is a positive integer, got \(Printable.escaped(target))") }
             selector = .id(id)
         } else {
             selector = .key(target)
@@ -198,7 +199,7 @@ struct EventCommand: OperatorCommand {
 
         var text: String {
             var lines = [
-                "event \(event.id)  \(event.status.rawValue)  \(CommandValues.printable(event.eventType))  patient \(CommandValues.printable(event.patientId))",
+                "event \(event.id)  \(event.status.rawValue)  \(Printable.escaped(event.eventType))  patient \(Printable.escaped(event.patientId))",
                 "  key:        \(event.keyLine)",
                 "  created:    \(CommandValues.timestamp(event.createdAt))  (expires unsent after EVENT_MAX_AGE \(CommandValues.age(eventMaxAge.asSeconds)))",
                 // Only a PENDING event is due again; a finished one's "availableAt" is where its last lease left it.
@@ -206,9 +207,9 @@ struct EventCommand: OperatorCommand {
             ]
             if let processedAt = event.processedAt { lines.append("  finished:   \(CommandValues.timestamp(processedAt))") }
             if let leasedBy = event.leasedBy, let until = event.leaseExpiresAt {
-                lines.append("  leased by:  \(CommandValues.printable(leasedBy)) until \(CommandValues.timestamp(until))")
+                lines.append("  leased by:  \(Printable.escaped(leasedBy)) until \(CommandValues.timestamp(until))")
             }
-            if let lastError = event.lastError { lines.append("  last error: \(CommandValues.printable(lastError))") }
+            if let lastError = event.lastError { lines.append("  last error: \(Printable.escaped(lastError))") }
             lines.append("deliveries: \(deliveries.count)")
             if !deliveries.isEmpty {
                 let rows = deliveries.map { delivery in
@@ -242,7 +243,7 @@ struct EventCommand: OperatorCommand {
                 guard let row = rows.first else {
                     switch selector {
                     case .id(let id): throw CommandFailure("no outbox event has id \(id)", details: ["id": .number(Double(id))])
-                    case .key(let key): throw CommandFailure("no outbox event has event key \(key)", details: ["eventKey": .string(key)])
+                    case .key(let key): throw CommandFailure("no outbox event has event key \(Printable.escaped(key))", details: ["eventKey": .string(key)])
                     }
                 }
                 let event = try Event(row)

@@ -2,6 +2,7 @@ import FoundationEssentials
 import JSON
 import Outbox
 import Postgres
+import TextSupport
 
 /// `events --status DEAD|PENDING|EXPIRED [--since DURATION] [--limit N]`: the newest events in one state.
 struct EventsCommand: OperatorCommand {
@@ -29,7 +30,7 @@ struct EventsCommand: OperatorCommand {
     init(arguments: inout CommandArguments) throws(UsageError) {
         guard let text = try arguments.value("--status") else { throw UsageError("events needs --status DEAD, PENDING or EXPIRED") }
         guard let status = OutboxStatus(rawValue: text.uppercased()), status != .done else {
-            throw UsageError("--status must be DEAD, PENDING or EXPIRED, got \"\(text)\"")
+            throw UsageError("--status must be DEAD, PENDING or EXPIRED, got \"\(Printable.escaped(text))\"")
         }
         self.status = status
         since = try arguments.duration("--since")

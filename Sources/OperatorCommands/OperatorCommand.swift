@@ -1,4 +1,5 @@
 import FoundationEssentials
+import TextSupport
 import WorkerConfig
 import JSON
 
@@ -98,9 +99,9 @@ public struct CommandArguments: Sendable {
         guard let text = try value(name) else { return nil }
         guard let duration = CommandValues.duration(text) else {
             if ValueParsing.durationIsTooLarge(text) {
-                throw UsageError("\(name) must be at most \(ValueParsing.maxDurationText) (100 years), got \"\(text.prefix(40))\"")
+                throw UsageError("\(name) must be at most \(ValueParsing.maxDurationText) (100 years), got \"\(Printable.escaped(String(text.prefix(40))))\"")
             }
-            throw UsageError("\(name) must be a duration such as 30m, 2h or 7d, got \"\(text)\"")
+            throw UsageError("\(name) must be a duration such as 30m, 2h or 7d, got \"\(Printable.escaped(text))\"")
         }
         return duration
     }
@@ -109,7 +110,7 @@ public struct CommandArguments: Sendable {
     public mutating func positiveInteger(_ name: String, max: Int = Int(Int32.max)) throws(UsageError) -> Int? {
         guard let text = try value(name) else { return nil }
         guard let number = Int(text), number > 0, number <= max else {
-            throw UsageError("\(name) must be a whole number from 1 to \(max), got \"\(text)\"")
+            throw UsageError("\(name) must be a whole number from 1 to \(max), got \"\(Printable.escaped(text))\"")
         }
         return number
     }
@@ -123,7 +124,7 @@ public struct CommandArguments: Sendable {
     /// Fails when anything was not consumed.
     public func finish() throws(UsageError) {
         guard rest.isEmpty else {
-            throw UsageError("\(command): unexpected argument\(rest.count > 1 ? "s" : "") \(rest.joined(separator: " "))")
+            throw UsageError("\(command): unexpected argument\(rest.count > 1 ? "s" : "") \(Printable.escaped(rest.joined(separator: " ")))")
         }
     }
 }

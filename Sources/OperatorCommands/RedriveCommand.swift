@@ -2,6 +2,7 @@ import FoundationEssentials
 import JSON
 import Outbox
 import Postgres
+import TextSupport
 import Timekeeping
 
 /// `redrive (--all | --event ID | --since DURATION) [--dry-run]`: DEAD events back to PENDING, except those past
@@ -32,7 +33,7 @@ struct RedriveCommand: OperatorCommand {
 
     init(arguments: inout CommandArguments) throws(UsageError) {
         if let text = try arguments.value("--event") {
-            guard let id = Int64(text), id > 0 else { throw UsageError("--event needs an event id (a positive integer), got \"\(text)\"") }
+            guard let id = Int64(text), id > 0 else { throw UsageError("--event needs an event id (a positive integer), got \"\(Printable.escaped(text))\"") }
             eventId = id
         } else {
             eventId = nil

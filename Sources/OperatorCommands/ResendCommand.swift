@@ -2,6 +2,7 @@ import FoundationEssentials
 import JSON
 import Outbox
 import Postgres
+import TextSupport
 import Timekeeping
 
 /// `resend (--event ID | --delivery ID) [--dry-run]`: FAILED deliveries sent again once their cause is fixed (an APNs
@@ -44,7 +45,7 @@ struct ResendCommand: OperatorCommand {
         let delivery = try arguments.value("--delivery")
         switch (event, delivery) {
         case (let event?, nil):
-            guard let id = Int64(event), id > 0 else { throw UsageError("--event needs an event id (a positive integer), got \"\(event)\"") }
+            guard let id = Int64(event), id > 0 else { throw UsageError("--event needs an event id (a positive integer), got \"\(Printable.escaped(event))\"") }
             target = .event(id)
         case (nil, let delivery?):
             target = .delivery(delivery)
@@ -138,7 +139,7 @@ struct ResendCommand: OperatorCommand {
                 lines.append("\(dryRun ? "would resend" : "resent") \(resent.count) delivery(ies) of event \(eventId)"
                     + (resent.isEmpty ? "" : ": " + CommandValues.idList(resent)))
             }
-            for skip in skipped { lines.append("skipped \(CommandValues.printable(skip.id)): \(CommandValues.printable(skip.reason))") }
+            for skip in skipped { lines.append("skipped \(Printable.escaped(skip.id)): \(Printable.escaped(skip.reason))") }
             if dryRun { lines.append("dry run: nothing changed") }
             return lines.joined(separator: "\n")
         }
@@ -165,16 +166,16 @@ struct ResendCommand: OperatorCommand {
                     guard !eventRows.isEmpty else { throw CommandFailure("no outbox event has id \(id)", details: ["event": .number(Double(id))]) }
                 case .delivery(let id):
                     guard let delivery = try connection.query(Self.deliveryQuery(id: id)).first else {
-                        throw CommandFailure("no delivery has id \(id)", details: ["delivery": .string(id)])
+                        throw CommandFailure("no delivery has id \(Printable.escaped(id))", details: ["delivery": .string(id)])
                     }
                     let status = try delivery["status"].decode(DeliveryStatus.self)
                     guard status == .failed else {
-                        throw CommandFailure("delivery \(id) is \(status.rawValue), not FAILED",
+                        throw CommandFailure("delivery \(Printable.escaped(id)) is \(status.rawValue), not FAILED",
                                              details: ["delivery": .string(id), "status": .string(status.rawValue)])
                     }
                     eventRows = try connection.query(Self.eventQuery(delivery: id))
                     guard !eventRows.isEmpty else {
-                        throw CommandFailure("the event of delivery \(id) (key \(try delivery["key"].string())) is gone (OUTBOX_RETENTION)",
+                        throw CommandFailure("the event of delivery \(Printable.escaped(id)) (key \(Printable.escaped(try delivery["key"].string()))) is gone (OUTBOX_RETENTION)",
                                              details: ["delivery": .string(id)])
                     }
                     only = id

@@ -1,10 +1,10 @@
 import Crypto
 import FoundationEssentials
-import Glibc
 import Logging
 import OperatorCommands
 import Postgres
 import Schema
+import TextSupport
 import WorkerConfig
 
 /// The daemon's command line: `run` (default) and the operator commands of `OperatorCommands`.
@@ -42,14 +42,14 @@ public enum WorkerApp {
         OpenSSLProcess.keepStateUntilExit()
         var rest = Array(arguments.dropFirst())
         if rest.first == "--version" {
-            print("medication-worker \(version)")
+            StandardStreams.out("medication-worker \(version)")
             return ExitStatus.ok
         }
         if rest.first == "-h" || rest.first == "--help" || rest.first == "help" {
             if rest.first == "help", rest.count > 1, let type = CommandRunner.command(named: rest[1]) {
-                print(type.help)
+                StandardStreams.out(type.help)
             } else {
-                print(usage)
+                StandardStreams.out(usage)
             }
             return ExitStatus.ok
         }
@@ -57,13 +57,13 @@ public enum WorkerApp {
         switch command {
         case "run":
             if rest.contains("-h") || rest.contains("--help") {
-                print(runHelp)
+                StandardStreams.out(runHelp)
                 return ExitStatus.ok
             }
-            guard rest.isEmpty else { return usageError("run takes no arguments, got \(rest.joined(separator: " "))") }
+            guard rest.isEmpty else { return usageError("run takes no arguments, got \(Printable.escaped(rest.joined(separator: " ")))") }
             return await Daemon.run(environment: environment)
         default:
-            guard let type = CommandRunner.command(named: command) else { return usageError("unknown command \"\(command)\"") }
+            guard let type = CommandRunner.command(named: command) else { return usageError("unknown command \"\(Printable.escaped(command))\"") }
             return await CommandRunner.run(type, arguments: rest, environment: environment)
         }
     }
@@ -82,11 +82,8 @@ public enum WorkerApp {
         return ExitStatus.usage
     }
 
-    /// One line on stderr.
-    static func printError(_ message: String) {
-        var line = message + "\n"
-        line.withUTF8 { bytes in _ = write(STDERR_FILENO, bytes.baseAddress, bytes.count) }
-    }
+    /// A message on stderr, escaped for a terminal (`Printable.lines`): it can quote an argument or a setting's value.
+    static func printError(_ message: String) { StandardStreams.error(message) }
 
     /// Prints every bad setting (and any near-miss variable names) the way `check-config` does, and returns 78.
     static func configurationFailed(_ error: ConfigurationErrors, warnings: [SettingNames.NearMiss] = []) -> Int32 {

@@ -116,4 +116,24 @@ struct FCMMessageTests {
         #expect(headers["apns-priority"] == "10")
         #expect(headers["apns-expiration"] == "1770850000")
     }
+
+    /// Issue 54: Google and Apple see `apns-collapse-id`, and a key without a `recordingGroupId` is a patient and the time
+    /// of a dose. The header is the key's SHA-256 in hex: 64 bytes, the same on every retry, the key nowhere in it.
+    @Test func collapseId_isTheKeysSHA256_neverTheKey() throws {
+        let key = "doseTaken:p1:2026-02-11:morning:08:00"
+        let collapse = FCMMessage.collapseId(eventKey: key)
+        #expect(collapse == "6fca9b11a2912bb6fe9a4f53f80759f6b26bf30b7778cc47ccd6b743ce0d0e68")
+        #expect(collapse == FCMMessage.collapseId(eventKey: key))
+        #expect(collapse != FCMMessage.collapseId(eventKey: "doseTaken:p1:2026-02-11:morning:08:01"))
+        for long in ["doseTaken:" + String(repeating: "x", count: 300), "doseTaken:服薬" + String(repeating: "記録", count: 100)] {
+            #expect(FCMMessage.collapseId(eventKey: long).utf8.count == 64)
+        }
+        var push = Self.push(name: "n")
+        push.eventKey = key
+        let body = String(decoding: FCMMessage.json(for: push), as: UTF8.self)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])
+        let headers = try #require(((json["message"] as? [String: Any])?["apns"] as? [String: Any])?["headers"] as? [String: String])
+        #expect(headers["apns-collapse-id"] == collapse)
+        #expect(!body.contains(key) && !body.contains("08:00"), "\(body)")
+    }
 }

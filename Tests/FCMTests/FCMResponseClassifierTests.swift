@@ -131,14 +131,14 @@ struct FCMResponseClassifierTests {
         #expect(message["data"] as? [String: String] == ["type": "DOSE_TAKEN", "patientId": "p1", "date": "2026-02-11",
                                                          "slot": "morning", "recordingGroupId": ""])
         let apns = try #require(message["apns"] as? [String: Any])
-        #expect(apns["headers"] as? [String: String] == ["apns-collapse-id": "doseTaken:g1", "apns-push-type": "alert",
+        #expect(apns["headers"] as? [String: String] == ["apns-collapse-id": "8a08d40e4d98c3a2485ee81c4bef27ee7ffb14476f00781ee3af50aaea700bef", "apns-push-type": "alert",
                                                          "apns-priority": "10", "apns-expiration": "1770850000"])
         #expect(message["fcm_options"] as? [String: String] == ["analytics_label": "dose_taken"])
         #expect(Set(message.keys) == ["token", "notification", "data", "apns", "fcm_options"])
         #expect((apns["payload"] as? [String: Any])?["aps"] as? [String: String] == ["sound": "default", "thread-id": "patient-p1"])
         #expect(FCMMessage.body(displayName: "太郎", withinTime: false) == "太郎さんが薬を服用しました")
         let long = FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100))
-        #expect(long.utf8.count <= 64)
+        #expect(long.utf8.count == 64)
         #expect(long == FCMMessage.collapseId(eventKey: "doseTaken:" + String(repeating: "x", count: 100)))
     }
 

@@ -175,7 +175,7 @@ struct FCMSenderTests {
         #expect(received.json.utf8.count <= 4096)
         let message = try #require((try JSONSerialization.jsonObject(with: Data(received.json.utf8)) as? [String: Any])?["message"] as? [String: Any])
         #expect((message["apns"] as? [String: Any])?["headers"] as? [String: String] == [
-            "apns-collapse-id": "doseTaken:g1", "apns-push-type": "alert", "apns-priority": "10", "apns-expiration": "1770850000"])
+            "apns-collapse-id": "8a08d40e4d98c3a2485ee81c4bef27ee7ffb14476f00781ee3af50aaea700bef", "apns-push-type": "alert", "apns-priority": "10", "apns-expiration": "1770850000"])
         #expect(((message["notification"] as? [String: String])?["body"])?.contains("患…さんが薬を服用しました") == true)
     }
 

@@ -5,6 +5,7 @@ import Logging
 import Metrics
 import TestSupport
 import Testing
+import TextSupport
 
 @Suite("Logging and health units")
 struct JournalSinkTests {
@@ -27,6 +28,31 @@ struct JournalSinkTests {
         let line = TextSink.format(entry)
         #expect(!line.contains("\n"))
         #expect(line.hasSuffix(#"msg="a \"quoted\"\nmessage" a=1 b.key="x y""#))
+    }
+
+    /// Issue 54: a value from a client (a device token, a payload field) cannot put a control byte into the text line:
+    /// ESC, BEL, `\r`, DEL and C1 come out as `Printable` escapes inside a quoted value, and backslashes are doubled so
+    /// a literal `\u{1B}` in a value stays distinguishable from an escaped ESC.
+    @Test func textLine_hostileValues_leaveNoControlByte() {
+        let hostile = "unregi…\u{1B}[2J\u{1B}]0;title\u{7}\r\u{9B}31m\u{7F}"
+        let entry = LogEntry(label: "outbox", level: .info, message: "token \u{1B}[2J", metadata: ["device.token": hostile, "path": #"a\u{1B}"#],
+                             date: Date(timeIntervalSince1970: 0))
+        let line = TextSink.format(entry)
+        #expect(!line.utf8.contains { $0 < 0x20 || $0 == 0x7F }, "\(line)")
+        #expect(!line.unicodeScalars.contains { (0x80...0x9F).contains($0.value) }, "\(line)")
+        #expect(line.hasSuffix(#"msg="token \u{1B}[2J" device.token="unregi…\u{1B}[2J\u{1B}]0;title\u{7}\r\u{9B}31m\u{7F}" path="a\\u{1B}""#),
+                "\(line)")
+    }
+
+    @Test func journalFields_hostileValues_areEscaped() {
+        let entry = LogEntry(label: "outbox", level: .info, message: "forged\r\nline\u{1B}[2J",
+                             metadata: ["device.token": "unregi…\u{7}\r\u{1B}c", "fcm.error": "UNREGISTERED", "note": "服薬記録"], date: Date())
+        let fields = Dictionary(JournalSink.fields(for: entry), uniquingKeysWith: { $1 })
+        #expect(fields["MESSAGE"] == #"forged\r\nline\u{1B}[2J"#)
+        #expect(fields["DEVICE_TOKEN"] == #"unregi…\u{7}\r\u{1B}c"#)
+        #expect(fields["FCM_ERROR"] == "UNREGISTERED")
+        #expect(fields["NOTE"] == "服薬記録")
+        for (name, value) in fields { #expect(!value.unicodeScalars.contains { Printable.isUnsafe($0) }, "\(name)") }
     }
 
     @Test func logLevel_filtersBelowTheMinimum() {

@@ -5,6 +5,7 @@ import Outbox
 import Postgres
 import TestSupport
 import Testing
+import TextSupport
 
 /// `status`, `event`, `events`, `redrive` and `resend` against the real PostgreSQL: their text, their parsed `--json`,
 /// their exit statuses, and what they changed.
@@ -158,6 +159,40 @@ struct OutboxCommandTests {
         }
     }
 
+    /// Issue 54: `resend`'s error text quotes the delivery's event key, which the app wrote: on stderr and in the `--json`
+    /// document it comes out escaped (ESC, BEL, `\r`, a line break, C1), one line, and the JSON still gives the text back.
+    @Test func resend_hostileEventKeyInItsError_isEscapedOnStderrAndInJSON() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try CommandRig(conninfo)
+            let devices = try rig.patient(tokens: ["token-aaaaaaaaaaaaaaaaaaaa"])
+            let key = "doseTaken:\u{1B}[2J\u{1B}]0;title\u{7}\r\nforged: ok\u{9B}31m"
+            let escapedKey = #"doseTaken:\u{1B}[2J\u{1B}]0;title\u{7}\r\nforged: ok\u{9B}31m"#
+            // A FAILED delivery whose event is gone (OUTBOX_RETENTION): the error names the key.
+            try rig.delivery("del-gone", key: key, device: devices[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
+
+            let text = try await rig.run("resend", "--delivery", "del-gone")
+            #expect(text.status == 1)
+            #expect(text.errorOutput == "medication-worker resend: the event of delivery del-gone (key \(escapedKey)) is gone (OUTBOX_RETENTION)",
+                    "\(text.errorOutput)")
+            #expect(!text.errorOutput.unicodeScalars.contains { Printable.isUnsafe($0) })
+
+            let json = await CommandRunner.execute(CommandRunner.command(named: "resend")!, arguments: ["--delivery", "del-gone", "--json"],
+                                                   environment: rig.environment)
+            #expect(json.status == 1)
+            #expect(!json.output.unicodeScalars.contains { Printable.isUnsafe($0) }, "\(json.output)")
+            #expect(!json.errorOutput.unicodeScalars.contains { Printable.isUnsafe($0) && $0 != "\n" }, "\(json.errorOutput)")
+            let document = try #require(JSONValue.parse(json.output))
+            #expect(document["error"]?["message"]?.stringValue
+                    == "medication-worker resend: the event of delivery del-gone (key \(escapedKey)) is gone (OUTBOX_RETENTION)")
+
+            // An argument echoed in a usage error is escaped too.
+            let usage = try await rig.run("resend", "--event", "1\u{1B}[2J\r")
+            #expect(usage.status == 64)
+            #expect(usage.errorOutput.hasPrefix(#"medication-worker resend: --event needs an event id (a positive integer), got "1\u{1B}[2J\r""#),
+                    "\(usage.errorOutput)")
+        }
+    }
+
     @Test func status_countsTheQueueAndListsTheLiveInstances() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try CommandRig(conninfo)
@@ -210,8 +245,8 @@ struct OutboxCommandTests {
             let json = try await rig.json("event", "\(id)")
             #expect(json.json["event"]?["lastError"] == .string(hostile))
             #expect(json.json["event"]?["eventKey"] == .string(key))
-            #expect(CommandValues.printable("plain text: ok") == "plain text: ok")
-            #expect(CommandValues.printable("a\tb\r\u{85}\u{2028}") == #"a\tb\r\u{85}\u{2028}"#)
+            #expect(Printable.escaped("plain text: ok") == "plain text: ok")
+            #expect(Printable.escaped("a\tb\r\u{85}\u{2028}") == #"a\tb\r\u{85}\u{2028}"#)
         }
     }
 

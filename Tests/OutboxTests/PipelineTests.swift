@@ -206,4 +206,39 @@ struct PipelineTests {
             #expect(metrics.value("push_tokens_disabled_total", labels: ["reason": "UNREGISTERED"]) == 1)
         }
     }
+
+    /// Issue 54: a key without a `recordingGroupId` is a patient and the time of a dose, so the log names an event by its
+    /// outbox id. The info line (a dead token) and the error line (a refused payload) carry `outbox.id`; no entry carries
+    /// the key, in its message or its metadata.
+    @Test func logLines_nameTheEventByItsOutboxId_neverByItsKey() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            try db.device(owner: "c1", token: "dead-token-1", id: "d-dead")
+            try db.device(owner: "c1", token: "payload-bug", id: "d-bug")
+            let sender = ScriptedSender { push in
+                push.token == "payload-bug" ? .permanentFailure(reason: "INVALID_ARGUMENT") : .tokenInvalid(reason: "UNREGISTERED")
+            }
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: nil))
+            let (worker, _, sink) = makeWorker(conninfo, sender: sender)
+            try await worker.drain()
+            let key = "doseTaken:p1:2026-02-11:morning:08:03"
+            #expect(try db.deliveries().map(\.key) == [key, key])
+
+            let entries = sink.entries
+            let invalid = try #require(entries.first { $0.message == "device token is no longer valid" })
+            #expect(invalid.level == .info)
+            #expect(invalid.metadata["outbox.id"] == "\(id)")
+            #expect(invalid.metadata["device.id"] == "d-dead")
+            let failed = try #require(entries.first { $0.message.hasPrefix("push failed permanently") })
+            #expect(failed.level == .error)
+            #expect(failed.metadata["outbox.id"] == "\(id)")
+            for entry in entries {
+                #expect(!entry.message.contains("doseTaken") && !entry.metadata.values.contains { $0.contains("doseTaken") || $0.contains("08:03") },
+                        "\(entry.message) \(entry.metadata)")
+                #expect(entry.metadata["outbox.event_key"] == nil)
+            }
+        }
+    }
 }

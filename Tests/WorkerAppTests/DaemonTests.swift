@@ -7,6 +7,7 @@ import Schema
 import Synchronization
 import Testing
 import TestSupport
+import TextSupport
 
 /// The real `medication-worker run` binary: sd_notify protocol, endpoints, log redaction, SIGTERM.
 @Suite("Daemon as systemd runs it", .blockingFixtures)
@@ -334,6 +335,59 @@ struct DaemonTests {
                 #expect(!log.contains(secret), "the log shows \(secret): \(log)")
             }
             print("bad DATABASE_URL \(url.hasPrefix("postgresql") ? "URI" : "key=value"): /readyz \(body)\nlog: \(log.split(separator: "\n").first { $0.contains("database unavailable") } ?? "")")
+        }
+    }
+
+    /// Issue 54: a caregiver's app registered a token carrying `ESC [2J`, `ESC ]0;…BEL` and a carriage return, and wrote
+    /// escape codes into a `recordingGroupId` and a `slot`. FCM answers the token UNREGISTERED and the slot sends its event
+    /// DEAD: the daemon's whole output holds no control byte but the newlines between entries, shows the token's ends
+    /// escaped, and names the events by outbox id, never by key.
+    @Test func hostileToken_answeredUnregistered_leavesNoControlByteInTheLog() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            let token = "unregistered-\u{1B}[2J" + String(repeating: "D", count: 40) + "\u{1B}]0;pwned\u{7}\r\u{1B}c"
+            try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Hanako')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+            // A healthy device beside it: FCM's answers to it vouch that the project is sound, so the dead token is disabled.
+            try await db.query(#"""
+                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d0', 'CAREGIVER', 'c1', 'fcm-token-healthy-0123456789'),
+                                                                                ('d1', 'CAREGIVER', 'c1', \#(token))
+                """#)
+            let rig = try Rig(databaseURL: conninfo)
+            defer { rig.stop() }
+            _ = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
+            let sent = Int64(try await db.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+                '{"date":"2026-02-11","slot":"noon","recordingGroupId":"grp-\u001b[2J-\u009b31m","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+                RETURNING id
+                """#)[0]["id"].int())
+            let dead = Int64(try await db.query(#"""
+                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
+                '{"date":"2026-02-11","slot":"noon\r\u001b]0;x\u0007","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
+                RETURNING id
+                """#)[0]["id"].int())
+            do {
+                try await eventually("both events are settled", timeout: .seconds(10), every: .milliseconds(100)) {
+                    try await db.query(#"SELECT count(*) FILTER (WHERE status IN ('DONE', 'DEAD')) = 2 AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+                }
+            } catch {
+                Issue.record("\(error); the daemon's log:\n\(Printable.lines(rig.log))")
+            }
+            #expect(try await db.query(#"SELECT status FROM "PushDelivery" WHERE "pushDeviceId" = 'd1'"#).map { try $0["status"].string() } == ["FAILED"])
+            #expect(await rig.terminate() == 0)
+
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: rig.stderrPath))
+            let log = String(decoding: bytes, as: UTF8.self)
+            #expect(!bytes.contains { ($0 < 0x20 && $0 != 0x0A) || $0 == 0x7F }, "\(log)")
+            #expect(!log.unicodeScalars.contains { (0x80...0x9F).contains($0.value) })
+            let line = try #require(log.split(separator: "\n").first { $0.contains("device token is no longer valid") })
+            #expect(line.contains(#"device.token="unregi…\u{7}\r\u{1B}c""#), "\(line)")
+            #expect(line.split(separator: " ").contains("outbox.id=\(sent)"), "\(line)")
+            let refused = try #require(log.split(separator: "\n").first { $0.contains("outbox event refused") })
+            #expect(refused.contains(#"payload.slot \"noon\r\u{1B}]0;x\u{7}\""#), "\(refused)")
+            #expect(refused.split(separator: " ").contains("outbox.id=\(dead)"), "\(refused)")
+            #expect(!log.contains("grp-") && !log.contains("doseTaken:"), "\(log)")
+            print("hostile token, the daemon's log line: \(line)")
         }
     }
 

@@ -64,7 +64,7 @@ struct Claimer: Sendable {
                                                                   attempts: $0.claim.attempts) }
         do {
             let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
-            skipped(result.skipped)
+            skipped(result.skipped, of: valid)
             groups += self.groups(valid, result.deliveries, leaseDeadline: leaseDeadline)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
             logger.notice("fan-out failed for a group of events; retrying them one at a time",
@@ -72,7 +72,7 @@ struct Claimer: Sendable {
             for (index, item) in valid.enumerated() {
                 do {
                     let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
-                    skipped(result.skipped)
+                    skipped(result.skipped, of: [item])
                     groups += self.groups([item], result.deliveries, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
                     finished.append(dead(item.claim, Self.reason(error)))
@@ -90,14 +90,22 @@ struct Claimer: Sendable {
     }
 
     /// Devices the fan-out did not send to because another registration speaks for their token: counted,
-    /// and logged at debug level (`event ID` shows them to operators).
-    private func skipped(_ skipped: [(eventKey: String, patientId: String, deviceId: String)]) {
+    /// and logged at debug level by their event's outbox id (`event ID` shows them to operators).
+    private func skipped(_ skipped: [(eventKey: String, patientId: String, deviceId: String)],
+                         of valid: [(claim: ClaimedEvent, event: DoseTakenEvent)]) {
         guard !skipped.isEmpty else { return }
         metrics.recipientsSkipped(.tokenSuperseded, count: skipped.count)
         for skip in skipped {
             logger.debug("device not sent to: another registration of its token was seen more recently",
-                         metadata: ["outbox.event_key": skip.eventKey, "device.id": skip.deviceId])
+                         metadata: ["outbox.id": Self.outboxIds(of: skip, in: valid), "device.id": skip.deviceId])
         }
+    }
+
+    /// The outbox ids of the claimed events of `skip`'s patient and key, as logs name an event (`12`, `12,13`).
+    private static func outboxIds(of skip: (eventKey: String, patientId: String, deviceId: String),
+                          in valid: [(claim: ClaimedEvent, event: DoseTakenEvent)]) -> String {
+        valid.filter { $0.event.eventKey == skip.eventKey && $0.event.patientId == skip.patientId }.map { String($0.claim.id) }
+            .joined(separator: ",")
     }
 
     /// One group per event (patient and eventKey) with its sends, in claim order (normally one event per group; two

@@ -175,7 +175,7 @@ final class Completer: Sendable {
     }
 
     private func metadata(_ send: PendingSend, _ reason: String) -> LogMetadata {
-        ["outbox.event_key": send.delivery.eventKey, "device.id": send.delivery.deviceId,
+        ["outbox.id": send.outboxId, "device.id": send.delivery.deviceId,
          "device.token": Redact.token(send.delivery.token), "fcm.error": reason]
     }
 

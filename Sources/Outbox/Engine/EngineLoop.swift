@@ -73,7 +73,10 @@ actor EngineLoop {
                                             leaseDeadline: group.leaseDeadline)
             actions += opened
             guard !group.sends.isEmpty else { continue }
-            actions += machine.enqueue(group.sends.map { PendingSend(group: id, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
+            let outboxId = group.events.map { String($0.id) }.joined(separator: ",")
+            actions += machine.enqueue(group.sends.map {
+                PendingSend(group: id, outboxId: outboxId, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt)
+            })
         }
         perform(actions)
         startQueuedSends()

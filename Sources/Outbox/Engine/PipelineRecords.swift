@@ -145,13 +145,17 @@ public struct DeliveryResult: Sendable {
 /// reference is one retain where a copy of its fifteen strings was fifteen.
 final class PendingSend: Sendable {
     let group: EventGroupID
+    /// How logs name the send's event: its outbox id (`1234`; `1234,1240` for two rows of one patient and key), never
+    /// its key, which can carry the patient and the dose's time.
+    let outboxId: String
     let delivery: ClaimedDelivery
     let push: DoseTakenPush
     /// The event's `"createdAt"`, for `push_delivery_latency_seconds`.
     let createdAt: Date?
 
-    init(group: EventGroupID, delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date? = nil) {
+    init(group: EventGroupID, outboxId: String, delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date? = nil) {
         self.group = group
+        self.outboxId = outboxId
         self.delivery = delivery
         self.push = push
         self.createdAt = createdAt
