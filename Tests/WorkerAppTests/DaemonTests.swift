@@ -382,6 +382,38 @@ struct DaemonTests {
         }
     }
 
+    /// Issue 54: `GET /healthz` with `Content-Length: 4000000000` then `Content-Length: 0`, followed by 128 MiB of zeros
+    /// on one connection. libmicrohttpd frames by the first, the old check read the last, and the daemon kept the body
+    /// (RSS +300 MB). Now the health server answers 400 from the headers, closes the connection, and the daemon's
+    /// resident memory stays within a few MB. No database is needed: the endpoint answers while it is unreachable.
+    @Test func duplicateContentLengthFlood_isRefusedFromTheHeaders_closed_andRSSStaysFlat() async throws {
+        let rig = try Rig(databaseURL: "postgresql://worker@127.0.0.1:1/app")
+        defer { rig.stop() }
+        try await eventually("/healthz answers", timeout: .seconds(10), every: .milliseconds(100)) { (try? await rig.get("/healthz")) != nil }
+        // VmHWM is the peak: a body kept and freed again when the connection ends still shows.
+        let pid = rig.process.processIdentifier
+        let before = (rss: Self.memoryKiB(pid, "VmRSS"), peak: Self.memoryKiB(pid, "VmHWM"))
+        let flood = 128 << 20
+        let outcome = RawClients.flood(port: rig.healthPort,
+                                       head: "GET /healthz HTTP/1.1\r\nHost: health\r\nContent-Length: 4000000000\r\nContent-Length: 0\r\n\r\n",
+                                       bytes: flood, seconds: 20)
+        let after = (rss: Self.memoryKiB(pid, "VmRSS"), peak: Self.memoryKiB(pid, "VmHWM"))
+        print("duplicate Content-Length flood: answer \(outcome.answer.split(separator: "\r\n").first ?? "none"), server closed: \(outcome.closedByServer), "
+              + "\(outcome.sent) of \(flood) bytes taken; VmRSS \(before.rss) kB before, \(after.rss) kB after; VmHWM \(before.peak) kB before, \(after.peak) kB after")
+        #expect(outcome.answer.hasPrefix("HTTP/1.1 400") || outcome.answer.hasPrefix("HTTP/1.1 413"), "answer: \(outcome.answer.prefix(200))")
+        #expect(outcome.closedByServer)
+        #expect(before.peak > 0 && after.peak - before.peak < 8 * 1024, "peak VmHWM grew from \(before.peak) kB to \(after.peak) kB")
+        #expect(after.rss - before.rss < 8 * 1024, "VmRSS grew from \(before.rss) kB to \(after.rss) kB")
+        #expect(try await rig.get("/healthz").status == 200)
+    }
+
+    /// A memory field of /proc/PID/status (`VmRSS`, `VmHWM`: the peak resident memory), in kB; 0 when unreadable.
+    static func memoryKiB(_ pid: Int32, _ field: String) -> Int {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("\(field):") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
     /// A chunked POST that sends a chunk every 10 ms until stopped or closed, on a thread of its own; keeps what it is answered.
     final class EndlessPost: Sendable {
         private let fd: Int32
