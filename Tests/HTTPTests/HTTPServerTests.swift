@@ -107,4 +107,18 @@ struct HTTPServerTests {
         #expect(within.status == 200)
         #expect(lengths.withLock { $0 } == [1000])
     }
+
+    /// Issue 54: an answer's body is read into memory up to 1 MiB; a larger one fails the request with an error that
+    /// says so, instead of being buffered whole.
+    @Test func responseBodyOverOneMiB_isAnErrorSayingSo() async throws {
+        let server = try HTTPServer { request in .text(200, String(repeating: "z", count: request.path == "/big" ? (1 << 20) + 1 : 1 << 20)) }
+        defer { server.stop() }
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        #expect(try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(server.port)/fits")).body.count == 1 << 20)
+        let error = await #expect(throws: HTTPError.self) {
+            _ = try await client.execute(HTTPRequest(url: "http://127.0.0.1:\(server.port)/big"))
+        }
+        #expect("\(error.map { "\($0)" } ?? "")".contains("larger than 1048576 bytes"), "\(String(describing: error))")
+    }
 }
