@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "Outbox", dependencies: ["Postgres", "Push", "JSON", "Logging", "Metrics", "Lifecycle", "Timekeeping"]),
         .target(name: "Health", dependencies: ["HTTPServer", "JSON", "Metrics", "Lifecycle", "CMalloc"]),
         // The environment and the credential files it names, read and checked once: `run` and `check-config` load alike.
-        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport", "Crypto", "HTTP", "FCM", "AppStore"]),
+        .target(name: "WorkerConfig", dependencies: ["Logging", "Timekeeping", "TextSupport", "Crypto", "HTTP", "FCM", "AppStore", "Postgres"]),
         // The operator commands (status, event, events, redrive, resend, devices, check-config, migrate): one file each,
         // its queries beside it; each returns one report value rendered as text or `--json`.
         .target(name: "OperatorCommands", dependencies: [

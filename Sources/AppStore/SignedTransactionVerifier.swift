@@ -84,7 +84,13 @@ public struct SignedTransactionVerifier: Sendable {
         guard productId == expectation.productId else { throw .productMismatch }
         guard originalTransactionId == expectation.originalTransactionId else { throw .transactionMismatch }
         guard environment == expectation.environment else { throw .environmentMismatch }
-        let revocation = payload["revocationDate"]?.numberValue.map { Date(timeIntervalSince1970: $0 / 1000) }
+        // Range-checked like `signedDate` before anything converts it: a value no clock can hold would trap in `time_t(...)`
+        // where the revocation is stored or logged.
+        var revocation: Date?
+        if let value = payload["revocationDate"], value != .null {
+            guard let millis = value.numberValue, Self.signedDateRange.contains(millis) else { throw .malformedPayload }
+            revocation = Date(timeIntervalSince1970: millis / 1000)
+        }
         return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
                                    productId: productId, environment: environment, revocationDate: revocation,
                                    revocationReason: payload["revocationReason"]?.intValue, signedDate: signedDate)

@@ -20,6 +20,11 @@ final class CurlTransfer {
     private var bodyBuffer: UnsafeMutableRawBufferPointer
     private var errorBuffer: UnsafeMutablePointer<CChar>
     var responseBody: [UInt8] = []
+    /// Set when the answer's body passed `maxResponseBytes` (the transfer is then aborted).
+    var responseTooLarge = false
+    /// The most of one answer kept in memory: FCM, OAuth and App Store answers are a few KiB; a server (or a proxy)
+    /// that sends more is refused rather than buffered.
+    static let maxResponseBytes = 1 << 20
     var responseHeaders: [UInt8] = []
     /// Times this request was sent again because the server closed the connection before processing it.
     var resends = 0
@@ -177,6 +182,7 @@ final class CurlTransfer {
     /// Clears what a previous try of this request received.
     func resetResponse() {
         responseBody.removeAll(keepingCapacity: true)
+        responseTooLarge = false
         responseHeaders.removeAll(keepingCapacity: true)
         errorBuffer[0] = 0
     }
@@ -206,6 +212,9 @@ final class CurlTransfer {
     /// Builds the response or the error once libcurl reports the transfer done.
     func finish(_ code: CURLcode) -> Result<HTTPResponse, HTTPError> {
         guard code == CURLE_OK else {
+            if responseTooLarge {
+                return .failure(HTTPError(.transport, "the response body is larger than \(Self.maxResponseBytes) bytes (the most read into memory)"))
+            }
             let detail = String(cString: errorBuffer)
             var message = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             // libcurl names the address it could not reach, or says the proxy refused the tunnel ("CONNECT tunnel
@@ -271,6 +280,12 @@ private func curlWriteBody(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, 
     guard let buffer, let userdata else { return 0 }
     let transfer = Unmanaged<CurlTransfer>.fromOpaque(userdata).takeUnretainedValue()
     let length = size * count
+    // "If that amount differs from the amount passed to your callback function, it signals an error condition to the
+    // library. This causes the transfer to get aborted and the libcurl function used returns CURLE_WRITE_ERROR."
+    guard transfer.responseBody.count + length <= CurlTransfer.maxResponseBytes else {
+        transfer.responseTooLarge = true
+        return 0
+    }
     buffer.withMemoryRebound(to: UInt8.self, capacity: length) {
         transfer.responseBody.append(contentsOf: UnsafeBufferPointer(start: $0, count: length))
     }

@@ -18,6 +18,7 @@ public final class HTTPServer: @unchecked Sendable {
     private var accepted = 0
     fileprivate let handler: Handler
     fileprivate let screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)?
+    fileprivate let maxBodyBytes: Int
     /// Keeps PEM strings alive as long as the daemon might read them.
     private let tlsStrings: (key: UnsafeMutablePointer<CChar>, cert: UnsafeMutablePointer<CChar>)?
     /// The bound port.
@@ -29,6 +30,7 @@ public final class HTTPServer: @unchecked Sendable {
                 handler: @escaping Handler) throws(HTTPServerError) {
         self.handler = handler
         screen = options.screen
+        maxBodyBytes = min(max(options.maxBodyBytes, 0), HTTPServerOptions.bodyBytesHardCap)
         self.host = host
         if let tls {
             guard mw_mhd_tls_supported() != 0 else { throw HTTPServerError("libmicrohttpd was built without TLS support") }
@@ -109,6 +111,8 @@ public final class HTTPServer: @unchecked Sendable {
 /// Per-request state kept in libmicrohttpd's `con_cls` between access-handler calls.
 private final class PendingRequest {
     var body: [UInt8] = []
+    /// Answered 413 while its body was arriving: the rest is dropped, unread into memory.
+    var refused = false
 }
 
 private func server(_ cls: UnsafeMutableRawPointer?) -> HTTPServer {
@@ -120,34 +124,54 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
                            _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
                            _ uploadSize: UnsafeMutablePointer<Int>?, _ state: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
     guard let state, let connection else { return mw_mhd_no() }
+    let owner = server(cls)
+    let methodText = method.map { String(cString: $0) } ?? "GET"
+    let path = url.map { String(cString: $0) } ?? "/"
     guard let existing = state.pointee else {
-        // The first call comes with the request line and headers only: a screened request is answered here, before
+        // The first call comes with the request line and headers only: a refused request is answered here, before
         // a byte of its body is read ("the access handler may queue a response on the first call", microhttpd.h);
         // libmicrohttpd then closes the connection instead of reading the rest.
-        if let screen = server(cls).screen {
-            let head = HTTPServerRequest(method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
-                                         headers: values(connection, mw_mhd_header_kind(), lowercase: true))
-            if let response = screen(head) { return respond(connection, response) }
-        }
+        let pairs = headerPairs(connection)
+        let head = HTTPServerRequest(method: methodText, path: path, headers: Dictionary(pairs, uniquingKeysWith: { first, _ in first }))
+        if let screen = owner.screen, let response = screen(head) { return respond(connection, response) }
+        if let response = RequestFraming.refusal(headers: pairs, maxBodyBytes: owner.maxBodyBytes) { return respond(connection, response) }
         state.pointee = Unmanaged.passRetained(PendingRequest()).toOpaque()
         return mw_mhd_yes()
     }
     let pending = Unmanaged<PendingRequest>.fromOpaque(existing).takeUnretainedValue()
     if let uploadSize, uploadSize.pointee > 0 {
+        let count = uploadSize.pointee
+        uploadSize.pointee = 0
+        // A chunked body has no length up front: it is cut off (and the connection closed) once it passes the cap.
+        guard !pending.refused, pending.body.count + count <= owner.maxBodyBytes else {
+            pending.body = []
+            if pending.refused { return mw_mhd_yes() }
+            pending.refused = true
+            return respond(connection, RequestFraming.bodyTooLarge(owner.maxBodyBytes))
+        }
         if let uploadData {
-            uploadData.withMemoryRebound(to: UInt8.self, capacity: uploadSize.pointee) {
-                pending.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: uploadSize.pointee))
+            uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
+                pending.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
             }
         }
-        uploadSize.pointee = 0
         return mw_mhd_yes()
     }
-    let request = HTTPServerRequest(method: method.map { String(cString: $0) } ?? "GET",
-                                    path: url.map { String(cString: $0) } ?? "/",
-                                    query: values(connection, mw_mhd_query_kind(), lowercase: false),
-                                    headers: values(connection, mw_mhd_header_kind(), lowercase: true),
-                                    body: pending.body)
-    return respond(connection, server(cls).handler(request))
+    if pending.refused { return mw_mhd_yes() }
+    let request = HTTPServerRequest(method: methodText, path: path, query: values(connection, mw_mhd_query_kind(), lowercase: false),
+                                    headers: values(connection, mw_mhd_header_kind(), lowercase: true), body: pending.body)
+    return respond(connection, owner.handler(request))
+}
+
+/// Every request header in order, names lower-cased, duplicates kept (the framing rules count them).
+private func headerPairs(_ connection: OpaquePointer) -> [(name: String, value: String)] {
+    final class Box { var pairs: [(name: String, value: String)] = [] }
+    let box = Box()
+    _ = MHD_get_connection_values(connection, mw_mhd_header_kind(), { cls, _, key, value in
+        let box = Unmanaged<Box>.fromOpaque(cls!).takeUnretainedValue()
+        if let key { box.pairs.append((String(cString: key).lowercased(), value.map { String(cString: $0) } ?? "")) }
+        return mw_mhd_yes()
+    }, Unmanaged.passUnretained(box).toOpaque())
+    return withExtendedLifetime(box) { box.pairs }
 }
 
 /// Queues `response` on `connection`.

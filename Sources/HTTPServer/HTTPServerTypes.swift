@@ -69,14 +69,25 @@ public struct HTTPServerOptions: Sendable {
     /// Called with the request line and headers (`body` empty) before any body is read; a response it returns is
     /// sent at once and the body is never read (nil: read the body, then call the handler).
     public var screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)?
+    /// The largest request body kept in memory (0: no body at all). A request announcing more is answered 413 from its
+    /// headers; a chunked body that grows past it is answered 413 as soon as it does. Never above `bodyBytesHardCap`.
+    public var maxBodyBytes: Int
 
-    /// The emulator's and fakes' defaults unless told otherwise: a thread per connection, 120 s, no limits, no screen.
+    /// The emulator's and the fakes' body cap: an FCM message or an OAuth assertion is a few KiB.
+    public static let defaultMaxBodyBytes = 1 << 20
+    /// The most any server keeps of one request's body, whatever it was told.
+    public static let bodyBytesHardCap = 16 << 20
+
+    /// The emulator's and fakes' defaults unless told otherwise: a thread per connection, 120 s, no limits, no screen,
+    /// bodies up to 1 MiB.
     public init(threading: Threading = .threadPerConnection, connectionTimeoutSeconds: Int = 120, connectionLimit: Int? = nil,
-                perIPConnectionLimit: Int? = nil, screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)? = nil) {
+                perIPConnectionLimit: Int? = nil, maxBodyBytes: Int = defaultMaxBodyBytes,
+                screen: (@Sendable (HTTPServerRequest) -> HTTPServerResponse?)? = nil) {
         self.threading = threading
         self.connectionTimeoutSeconds = connectionTimeoutSeconds
         self.connectionLimit = connectionLimit
         self.perIPConnectionLimit = perIPConnectionLimit
+        self.maxBodyBytes = min(max(maxBodyBytes, 0), Self.bodyBytesHardCap)
         self.screen = screen
     }
 }

@@ -73,7 +73,7 @@ public final class HealthServer: Service {
         // One epoll thread: the routes only read memory, and a connection then costs a descriptor, not a thread.
         let options = HTTPServerOptions(threading: .epoll, connectionTimeoutSeconds: Self.connectionTimeoutSeconds,
                                         connectionLimit: Self.connectionLimit, perIPConnectionLimit: Self.perIPConnectionLimit,
-                                        screen: HealthServer.screen)
+                                        maxBodyBytes: 0, screen: HealthServer.screen)
         server = try HTTPServer(host: host, port: port, options: options) { request in
             HealthServer.route(request, state: state, metrics: metrics)
         }
@@ -91,14 +91,12 @@ public final class HealthServer: Service {
     /// Stops the listener; idempotent.
     public func stop() { server.stop() }
 
-    /// Answers from the request line and headers alone, before any body is read: a method other than GET or HEAD
-    /// (405), or any body at all (413). Nothing here takes a body, and one never read cannot fill memory.
+    /// Answers a method other than GET or HEAD (405) from the request line, before any body is read. A body itself is
+    /// refused by `HTTPServer` (`maxBodyBytes: 0`, 413; duplicate `Content-Length` or `Transfer-Encoding`, 400), so
+    /// one never read cannot fill memory.
     static func screen(_ head: HTTPServerRequest) -> HTTPServerResponse? {
         guard head.method == "GET" || head.method == "HEAD" else {
             return .json(405, #"{"error":"method not allowed"}"#, headers: ["Allow": "GET, HEAD", "Connection": "close"])
-        }
-        if head.headers["transfer-encoding"] != nil || head.headers["content-length"].map({ Int($0) != 0 }) == true {
-            return .json(413, #"{"error":"a request body is not accepted"}"#, headers: ["Connection": "close"])
         }
         return nil
     }

@@ -122,10 +122,11 @@ struct CheckConfigCommand: OperatorCommand {
     /// A warning for each database URL that reaches a host off this machine without verifying its certificate.
     static func unverifiedDatabaseWarnings(_ configuration: Configuration, environment: [String: String]) -> [String] {
         [("DATABASE_URL", configuration.databaseURL), ("DATABASE_LISTEN_URL", configuration.databaseListenURL)].compactMap { name, url in
-            guard let url, let parameters = ConninfoParameters.parse(url) else { return nil }
+            guard let url, let given = ConninfoParameters.parse(url) else { return nil }
+            // What libpq uses: the string, then its service= (or PGSERVICE), then PGHOST, PGHOSTADDR and PGSSLMODE.
+            let parameters = ConninfoParameters.effective(given, environment: environment)
             let remote = ConninfoParameters.hosts(parameters).filter { !ConninfoParameters.isLocal($0) }
-            // libpq reads PGSSLMODE when the string sets no sslmode.
-            let mode = parameters["sslmode"] ?? environment["PGSSLMODE"] ?? "prefer"
+            let mode = parameters["sslmode"] ?? "prefer"
             guard let host = remote.first, !verifyingSSLModes.contains(mode) else { return nil }
             return "\(name) reaches \(host) with sslmode=\(mode), which does not verify the server's certificate: "
                 + "use sslmode=verify-full with sslrootcert=<the server's CA file>"

@@ -79,7 +79,7 @@ struct Daemon: Sendable {
         logger.notice("medication-worker ready", metadata: [
             "version": WorkerApp.version, "health.addr": "\(configuration.healthHost):\(configuration.healthPort)",
             "app_store": appStore == nil ? "disabled" : "enabled",
-            "https.proxy": configuration.httpsProxy.map { "\(ValueParsing.redactConninfo($0.url)) (\($0.variable))" } ?? "none",
+            "https.proxy": configuration.httpsProxy.map { "\(ValueParsing.redactSetting($0.url)) (\($0.variable))" } ?? "none",
             "listen.via": "\(Self.listenMode(configuration))",
             "listen.note": configuration.databaseListenURL == nil
                 ? "notifications need a direct connection; behind a transaction pooler set DATABASE_LISTEN_URL (the poll delivers meanwhile)"

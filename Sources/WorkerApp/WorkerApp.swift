@@ -1,3 +1,4 @@
+import Systemd
 import Crypto
 import FoundationEssentials
 import Logging
@@ -54,6 +55,9 @@ public enum WorkerApp {
             return ExitStatus.ok
         }
         let command = rest.isEmpty || rest[0].hasPrefix("-") ? "run" : rest.removeFirst()
+        // Every command reads a secret (DATABASE_URL; check-config and run both keys, --online a minted token): none may
+        // reach a core file. `run` checks the result and warns (Daemon.run).
+        ProcessHardening.disableCoreDumps()
         switch command {
         case "run":
             if rest.contains("-h") || rest.contains("--help") {

@@ -20,6 +20,14 @@ public struct Configuration: Sendable {
         public static let logLevel = LogLevel.info
         public static let shutdownTimeout = Duration.seconds(10)
         public static let databaseStatementTimeout = Duration.seconds(30)
+        /// PostgreSQL's largest `statement_timeout` (INT_MAX milliseconds, about 24.8 days); more is refused by the
+        /// server at every transaction.
+        public static let maxStatementTimeout = Duration.milliseconds(2_147_483_647)
+        /// `TimeoutStopSec=` of systemd/medication-worker.service (a test reads the unit and compares).
+        public static let unitStopTimeout = Duration.seconds(20)
+        /// The longest `SHUTDOWN_TIMEOUT`: the unit's stop timeout less 5 s to record the outcomes of sends in flight,
+        /// release leases and exit before systemd sends SIGKILL.
+        public static let maxShutdownTimeout = unitStopTimeout - .seconds(5)
         public static let appStoreProductionURL = "https://api.storekit.apple.com"
         public static let appStoreSandboxURL = "https://api.storekit-sandbox.apple.com"
         public static let fcmServiceAccountCredential = "fcm-service-account.json"
@@ -96,13 +104,9 @@ public struct Configuration: Sendable {
         let reader = EnvironmentReader(environment)
         let credentials = environment["CREDENTIALS_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
 
-        let databaseURL = reader.required("DATABASE_URL")
-        let databaseListenURL = reader.raw("DATABASE_LISTEN_URL")
-        var statementTimeout = reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout)
-        if statementTimeout < .seconds(1) {
-            reader.fail("DATABASE_STATEMENT_TIMEOUT", "must be at least 1s")
-            statementTimeout = Defaults.databaseStatementTimeout
-        }
+        let databaseURL = reader.conninfo("DATABASE_URL", required: true) ?? ""
+        let databaseListenURL = reader.conninfo("DATABASE_LISTEN_URL", required: false)
+        let statementTimeout = reader.statementTimeout()
         let serviceAccount = reader.file("FCM_SERVICE_ACCOUNT_FILE",
                                          default: credentials.map { "\($0)/\(Defaults.fcmServiceAccountCredential)" })
         let fcmBaseURL = reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
@@ -119,7 +123,7 @@ public struct Configuration: Sendable {
         let recheck = reader.duration("ENTITLEMENT_RECHECK_INTERVAL", default: Defaults.entitlementRecheckInterval)
         let outboxRetention = reader.duration("OUTBOX_RETENTION", default: Defaults.outboxRetention)
         let deliveryRetention = reader.duration("DELIVERY_RETENTION", default: Defaults.deliveryRetention)
-        let shutdownTimeout = reader.duration("SHUTDOWN_TIMEOUT", default: Defaults.shutdownTimeout)
+        let shutdownTimeout = reader.shutdownTimeout()
         let logLevel = reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
         let appStore = reader.appStore(credentials: credentials)
         let httpsProxy = reader.httpsProxy()
@@ -141,8 +145,8 @@ public struct Configuration: Sendable {
     /// The effective configuration as `NAME=value` lines, secrets redacted (for `check-config`).
     public var redactedDescription: String {
         var lines: [(String, String)] = [
-            ("DATABASE_URL", ValueParsing.redactConninfo(databaseURL)),
-            ("DATABASE_LISTEN_URL", databaseListenURL.map(ValueParsing.redactConninfo) ?? "(none: LISTEN on DATABASE_URL)"),
+            ("DATABASE_URL", ValueParsing.redactSetting(databaseURL)),
+            ("DATABASE_LISTEN_URL", databaseListenURL.map(ValueParsing.redactSetting) ?? "(none: LISTEN on DATABASE_URL)"),
             ("DATABASE_STATEMENT_TIMEOUT", ValueParsing.format(databaseStatementTimeout)),
             ("FCM_SERVICE_ACCOUNT_FILE", fcmServiceAccountFile),
             ("FCM_BASE_URL", fcmBaseURL),
@@ -178,7 +182,7 @@ public struct Configuration: Sendable {
             ("DELIVERY_RETENTION", ValueParsing.format(deliveryRetention)),
             ("LOG_LEVEL", logLevel.name),
             ("SHUTDOWN_TIMEOUT", ValueParsing.format(shutdownTimeout)),
-            ("HTTPS_PROXY", httpsProxy.map { "\(ValueParsing.redactConninfo($0.url)) (from \($0.variable))" } ?? "(none: direct)"),
+            ("HTTPS_PROXY", httpsProxy.map { "\(ValueParsing.redactSetting($0.url)) (from \($0.variable))" } ?? "(none: direct)"),
             ("NO_PROXY", noProxy ?? "(none)"),
         ]
         return lines.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
@@ -200,8 +204,8 @@ extension Configuration {
     public static func loadOperatorSettings(from environment: [String: String]) throws(ConfigurationErrors) -> OperatorSettings {
         let reader = EnvironmentReader(environment)
         let settings = OperatorSettings(
-            databaseURL: reader.required("DATABASE_URL"),
-            statementTimeout: reader.duration("DATABASE_STATEMENT_TIMEOUT", default: Defaults.databaseStatementTimeout),
+            databaseURL: reader.conninfo("DATABASE_URL", required: true) ?? "",
+            statementTimeout: reader.statementTimeout(),
             eventMaxAge: reader.duration("EVENT_MAX_AGE", default: Defaults.eventMaxAge),
             logLevel: reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
         try reader.finish()
@@ -212,7 +216,7 @@ extension Configuration {
     /// (`migrate`, `status`, `redrive`), so they run without FCM credentials.
     public static func loadDatabaseOnly(from environment: [String: String]) throws(ConfigurationErrors) -> (databaseURL: String, logLevel: LogLevel) {
         let reader = EnvironmentReader(environment)
-        let settings = (reader.required("DATABASE_URL"), reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
+        let settings = (reader.conninfo("DATABASE_URL", required: true) ?? "", reader.logLevel("LOG_LEVEL", default: Defaults.logLevel))
         try reader.finish()
         return settings
     }

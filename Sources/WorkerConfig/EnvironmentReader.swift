@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Logging
+import Postgres
 import TextSupport
 
 /// Reads and validates single variables; every error names the variable. A bad value is recorded in `errors` and the
@@ -40,6 +41,46 @@ final class EnvironmentReader {
         return value
     }
 
+    /// A connection string libpq can parse (checked with libpq's own parser, `PQconninfoParse`): one it cannot would
+    /// fail every connection attempt for ever. The value is never echoed (libpq's complaint quotes it; redacted).
+    func conninfo(_ name: String, required: Bool) -> String? {
+        guard let text = required ? self.required(name) : raw(name), !text.isEmpty else { return nil }
+        if let problem = ConninfoParameters.problem(text) {
+            fail(name, "libpq cannot parse it (\(problem)); percent-encode '%', spaces and quotes in a URI (value not shown)")
+        }
+        return text
+    }
+
+    /// `DATABASE_STATEMENT_TIMEOUT`: at least 1 s, and at most what PostgreSQL's `statement_timeout` takes.
+    func statementTimeout() -> Duration {
+        let name = "DATABASE_STATEMENT_TIMEOUT"
+        let value = duration(name, default: Configuration.Defaults.databaseStatementTimeout)
+        if value < .seconds(1) {
+            fail(name, "must be at least 1s")
+        } else if value > Configuration.Defaults.maxStatementTimeout {
+            fail(name, "must be at most \(Configuration.Defaults.maxStatementTimeout.wholeMilliseconds)ms (about 24.8 days: PostgreSQL's "
+                 + "largest statement_timeout), got \"\(raw(name) ?? "")\"")
+        } else {
+            return value
+        }
+        return Configuration.Defaults.databaseStatementTimeout
+    }
+
+    /// `SHUTDOWN_TIMEOUT`: at most `Configuration.Defaults.maxShutdownTimeout`, so the unit's `TimeoutStopSec=` never
+    /// kills the daemon while it still records what it sent.
+    func shutdownTimeout() -> Duration {
+        let name = "SHUTDOWN_TIMEOUT"
+        let value = duration(name, default: Configuration.Defaults.shutdownTimeout)
+        let limit = Configuration.Defaults.maxShutdownTimeout
+        guard value <= limit else {
+            fail(name, "must be at most \(ValueParsing.format(limit)): the unit's TimeoutStopSec=\(ValueParsing.format(Configuration.Defaults.unitStopTimeout)) "
+                 + "less \(ValueParsing.format(Configuration.Defaults.unitStopTimeout - limit)) to record the outcomes of sends in flight and exit, "
+                 + "got \"\(raw(name) ?? "")\"")
+            return Configuration.Defaults.shutdownTimeout
+        }
+        return value
+    }
+
     func integer(_ name: String, default fallback: Int, range: ClosedRange<Int>) -> Int {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.integer(text) else {
@@ -60,7 +101,7 @@ final class EnvironmentReader {
         guard let variable = ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"].first(where: { !(environment[$0] ?? "").isEmpty }),
               let text = environment[variable] else { return nil }
         if let problem = ValueParsing.proxyProblem(text) {
-            fail(variable, "\(problem), got \"\(ValueParsing.redactConninfo(text))\"")
+            fail(variable, "\(problem), got \"\(ValueParsing.redactSetting(text))\"")
             return nil
         }
         return (variable, text)
@@ -82,7 +123,7 @@ final class EnvironmentReader {
     func url(_ name: String, default fallback: String) -> String {
         guard let text = raw(name) else { return fallback }
         guard let value = ValueParsing.baseURL(text) else {
-            fail(name, "must be an https URL with a host and optional port and nothing else (no path, query or credentials), such as https://host[:port], got \"\(ValueParsing.redactConninfo(text))\"")
+            fail(name, "must be an https URL with a host and optional port and nothing else (no path, query or credentials), such as https://host[:port], got \"\(ValueParsing.redactSetting(text))\"")
             return fallback
         }
         return value
@@ -144,6 +185,15 @@ final class EnvironmentReader {
     /// The App Store group: all of issuer, key id and bundle id, or none (loop off). nil when absent or incomplete
     /// (each missing member recorded).
     func appStore(credentials: String?) -> Configuration.AppStore? {
+        // The optional settings are checked even while the App Store is off: a bad value must not wait to be found
+        // until the day the App Store is turned on.
+        let productionURL = url("APPSTORE_PRODUCTION_URL", default: Configuration.Defaults.appStoreProductionURL)
+        let sandboxURL = url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL)
+        let requestsPerSecond = integer("APPSTORE_REQUESTS_PER_SECOND", default: Configuration.Defaults.appStoreRequestsPerSecond,
+                                        range: 1...Configuration.Defaults.appStoreMaxRequestsPerSecond)
+        let notificationHistory = flag("APPSTORE_NOTIFICATION_HISTORY", default: false)
+        let notificationPollInterval = duration("APPSTORE_NOTIFICATION_POLL_INTERVAL",
+                                                default: Configuration.Defaults.appStoreNotificationPollInterval)
         let keys = ["APPSTORE_ISSUER_ID", "APPSTORE_KEY_ID", "APPSTORE_BUNDLE_ID", "APPSTORE_ROOT_CERT_FILES"]
         let present = keys.filter { raw($0) != nil }
         guard !present.isEmpty || raw("APPSTORE_PRIVATE_KEY_FILE") != nil else { return nil }
@@ -159,13 +209,8 @@ final class EnvironmentReader {
         let settings = Configuration.AppStore(
             issuerId: raw("APPSTORE_ISSUER_ID") ?? "", keyId: raw("APPSTORE_KEY_ID") ?? "", privateKeyFile: keyFile,
             bundleId: raw("APPSTORE_BUNDLE_ID") ?? "", rootCertificateFiles: roots,
-            productionURL: url("APPSTORE_PRODUCTION_URL", default: Configuration.Defaults.appStoreProductionURL),
-            sandboxURL: url("APPSTORE_SANDBOX_URL", default: Configuration.Defaults.appStoreSandboxURL),
-            requestsPerSecond: integer("APPSTORE_REQUESTS_PER_SECOND", default: Configuration.Defaults.appStoreRequestsPerSecond,
-                                       range: 1...Configuration.Defaults.appStoreMaxRequestsPerSecond),
-            notificationHistory: flag("APPSTORE_NOTIFICATION_HISTORY", default: false),
-            notificationPollInterval: duration("APPSTORE_NOTIFICATION_POLL_INTERVAL",
-                                               default: Configuration.Defaults.appStoreNotificationPollInterval))
+            productionURL: productionURL, sandboxURL: sandboxURL, requestsPerSecond: requestsPerSecond,
+            notificationHistory: notificationHistory, notificationPollInterval: notificationPollInterval)
         return absent.isEmpty ? settings : nil
     }
 

@@ -138,4 +138,7 @@ public enum ValueParsing {
     /// A conninfo string or URI with any password replaced by `***`, and libpq's complaints about one without what
     /// they quote (`SecretRedaction.conninfo`: the same redaction for check-config, the journal and `/readyz`).
     public static func redactConninfo(_ text: String) -> String { SecretRedaction.conninfo(text) }
+
+    /// A URL-like setting's value without its credentials, with or without a scheme (`SecretRedaction.setting`).
+    public static func redactSetting(_ value: String) -> String { SecretRedaction.setting(value) }
 }

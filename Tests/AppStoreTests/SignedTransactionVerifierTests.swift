@@ -68,4 +68,18 @@ struct SignedTransactionVerifierTests {
             try Certificate.verifyChain(leaf: leaf, intermediates: [], roots: [leaf], at: Date(timeIntervalSince1970: 1e300))
         }
     }
+
+    /// Issue 54: `revocationDate` is range-checked like `signedDate` before its conversion (a value no `time_t` holds
+    /// trapped where the revocation was stored); one that is not a number is refused too rather than read as "not
+    /// revoked". A genuine one and an explicit null still verify.
+    @Test func revocationDateOutOfRangeOrNotANumber_isRefused() throws {
+        for value: Any in [1e300, 9.3e18, -1_000, "2026-01-01"] {
+            var payload = ApplePKI.payload(transactionId: "10", original: "9")
+            payload["revocationDate"] = value
+            #expect(refusal(try pki.signedTransaction(payload)) == .malformedPayload, "revocationDate \(value)")
+        }
+        var payload = ApplePKI.payload(transactionId: "10", original: "9")
+        payload["revocationDate"] = NSNull()
+        #expect(try verifier.verify(try pki.signedTransaction(payload), expecting: expected).revocationDate == nil)
+    }
 }

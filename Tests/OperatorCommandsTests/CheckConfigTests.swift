@@ -152,6 +152,35 @@ struct CheckConfigTests {
         }
     }
 
+    /// Issue 54: the host may come from `PGHOST` or from the string's `service=` (a pg_service.conf section), as libpq
+    /// takes it; the warning names that host and the sslmode libpq would use.
+    @Test func hostFromPGHOSTOrAService_isWarnedAboutToo() async throws {
+        var environment = try Self.validEnvironment()
+        environment["DATABASE_URL"] = "dbname=app user=worker"
+        environment["PGHOST"] = "db-env.internal"
+        let fromEnvironment = await Self.checkConfig(environment)
+        #expect(fromEnvironment.output.contains("warning: DATABASE_URL reaches db-env.internal with sslmode=prefer"), "\(fromEnvironment.output)")
+
+        let services = try TestBinaries.temporaryFile("""
+            [other]
+            host=db-other.internal
+            [pill]
+            # the primary
+            host = db-svc.internal
+            sslmode=require
+            [pill-verified]
+            host=db-svc.internal
+            sslmode=verify-full
+            """, suffix: ".conf")
+        environment["PGSERVICEFILE"] = services
+        environment["DATABASE_URL"] = "service=pill dbname=app"
+        let fromService = await Self.checkConfig(environment)
+        #expect(fromService.output.contains("warning: DATABASE_URL reaches db-svc.internal with sslmode=require"), "\(fromService.output)")
+        environment["DATABASE_URL"] = "postgresql:///app?service=pill-verified"
+        let verified = await Self.checkConfig(environment)
+        #expect(verified.status == 0 && !verified.output.contains("warning: DATABASE_URL"), "\(verified.output)")
+    }
+
     @Test func privateKeyThatIsNotAKey_exits78WithoutEchoingIt() async throws {
         var environment = try Self.validEnvironment()
         let garbage = "-----BEGIN PRIVATE KEY-----\nTm90QUtleUF0QWxsU2VjcmV0Qnl0ZXM=\n-----END PRIVATE KEY-----\n"
@@ -236,6 +265,44 @@ struct CheckConfigTests {
         for secret in secrets {
             for output in [text.output, text.errorOutput, json.output, json.errorOutput] { #expect(!output.contains(secret)) }
         }
+    }
+
+    /// Issue 54: a proxy password, with or without a scheme, is in neither check-config's text nor its `--json`.
+    @Test(arguments: ["alice:S3cretProxyPw@squid.internal:3128", "http://alice:p@ssS3cretProxyPw@squid:3128"])
+    func proxyPassword_isAbsentFromTextAndJSON(proxy: String) async throws {
+        var environment = try Self.validEnvironment()
+        environment["HTTPS_PROXY"] = proxy
+        let text = await Self.checkConfig(environment)
+        let json = await CommandRunner.execute(CheckConfigCommand.self, arguments: ["--json"], environment: environment)
+        #expect(text.status == 0)
+        #expect(text.output.contains("HTTPS_PROXY=\(proxy.hasPrefix("http://") ? "http://" : "")alice:***@squid"), "\(text.output)")
+        #expect(JSONValue.parse(json.output)?["settings"]?["HTTPS_PROXY"]?.stringValue?.contains("alice:***@squid") == true, "\(json.output)")
+        for output in [text.output, text.errorOutput, json.output, json.errorOutput] {
+            #expect(!output.contains("S3cretProxyPw") && !output.contains("p@ss"), "\(output)")
+        }
+    }
+
+    /// Issue 54: each setting that used to run on is refused by check-config and by `run` with exit 78 naming it, in
+    /// text and JSON, without echoing the value's secret.
+    @Test(arguments: [
+        ("APPSTORE_NOTIFICATION_HISTORY", "maybe"),
+        ("DATABASE_URL", "postgresql://worker:Zebra%zzS3cret@host/db"),
+        ("DATABASE_STATEMENT_TIMEOUT", "30d"),
+        ("SHUTDOWN_TIMEOUT", "20s"),
+        ("DATABASE_LISTEN_URL", "postgresql://worker:Zebra%zzS3cret@host/db"),
+    ])
+    func settingThatRanOn_exits78NamingIt(variable: String, value: String) async throws {
+        var environment = try Self.validEnvironment()
+        for name in environment.keys where name.hasPrefix("APPSTORE_") { environment[name] = nil }  // the App Store is off
+        environment[variable] = value
+        let text = await Self.checkConfig(environment)
+        #expect(text.status == 78)
+        #expect(text.errorOutput.contains("\(variable): "), "\(text.errorOutput)")
+        let json = await CommandRunner.execute(CheckConfigCommand.self, arguments: ["--json"], environment: environment)
+        #expect(json.status == 78)
+        #expect(JSONValue.parse(json.output).map(Self.errors)?.map(\.setting) == [variable], "\(json.output)")
+        #expect(await WorkerApp.main(arguments: ["medication-worker", "run"], environment: environment) == 78)
+        for output in [text.output, text.errorOutput, json.output, json.errorOutput] { #expect(!output.contains("S3cret"), "\(output)") }
     }
 
     /// `run` loads through the same `StartupConfiguration`: the key check-config rejects stops it too, before it touches anything.

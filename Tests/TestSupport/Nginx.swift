@@ -28,13 +28,19 @@ public final class Nginx: Sendable {
                         port: port, failure: "nginx did not start; see \(directory)/logs/error.log")
     }
 
-    /// Starts a stand-in server in the background, its output discarded, and returns once `port` accepts
-    /// connections (within 5 s).
-    static func launch(_ process: Process, binary: String, arguments: [String], port: UInt16, failure: String) async throws {
+    /// Starts a stand-in server in the background, its output discarded (its stderr appended to `stderrPath` when
+    /// given), and returns once `port` accepts connections (within 5 s).
+    static func launch(_ process: Process, binary: String, arguments: [String], port: UInt16, failure: String,
+                       stderrPath: String? = nil) async throws {
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        if let stderrPath {
+            _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: stderrPath) ?? FileHandle.nullDevice
+        } else {
+            process.standardError = FileHandle.nullDevice
+        }
         try process.runOneAtATime()
         for _ in 0..<100 {
             if canConnect(port) { return }

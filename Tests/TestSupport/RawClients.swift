@@ -51,4 +51,42 @@ public enum RawClients {
         }
         return String(decoding: received, as: UTF8.self)
     }
+
+    /// What became of a request followed by a flood of body bytes (`flood`).
+    public struct FloodOutcome: Sendable {
+        /// What the server sent back, as text.
+        public var answer: String
+        /// Body bytes the socket took before the server closed (or all of them).
+        public var sent: Int
+        /// Whether the server closed the connection (end of stream or a reset) within the time.
+        public var closedByServer: Bool
+    }
+
+    /// Sends `head`, then up to `bytes` zeros as fast as the socket takes them, reading whatever comes back, until the
+    /// server closes the connection, everything is sent, or `seconds` pass; then reads on until close or time's up.
+    public static func flood(port: UInt16, head: String, bytes: Int, seconds: Double) -> FloodOutcome {
+        let fd = connect(port: port)
+        defer { close(fd) }
+        var outcome = FloodOutcome(answer: "", sent: 0, closedByServer: false)
+        guard fd >= 0, wait(fd, events: Int16(POLLOUT), milliseconds: 2000) else { return outcome }
+        send(fd, head)
+        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline, !outcome.closedByServer {
+            var entry = pollfd(fd: fd, events: Int16(POLLIN) | (outcome.sent < bytes ? Int16(POLLOUT) : 0), revents: 0)
+            guard poll(&entry, 1, 50) > 0 else { continue }
+            if entry.revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if count > 0 { received += buffer[..<count] } else if count == 0 || errno != EAGAIN { outcome.closedByServer = true }
+            }
+            if outcome.sent < bytes, entry.revents & Int16(POLLOUT) != 0 {
+                let count = zeros.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, min($0.count, bytes - outcome.sent), Int32(MSG_NOSIGNAL)) }
+                if count > 0 { outcome.sent += count } else if errno == EPIPE || errno == ECONNRESET { outcome.closedByServer = true }
+            }
+        }
+        outcome.answer = String(decoding: received, as: UTF8.self)
+        return outcome
+    }
 }

@@ -16,12 +16,14 @@ public final class Stunnel: Sendable {
         port = FreePort.next()
         directory = NSTemporaryDirectory() + "mw-stunnel-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        // debug = 5 (notice) logs one "accepted connection" line per client connection.
+        // debug = 5 (notice) logs one "accepted connection" line per client connection. To stderr (foreground = yes),
+        // which stunnel writes unbuffered, not to an `output =` file: from stunnel 5.69 on (Debian 13 has 5.74) that
+        // file is buffered and flushed once a second by a thread of its own ("Improved logging performance with the
+        // output option", NEWS 5.69), so a count read right after a connection saw none of it.
         try """
             foreground = yes
             pid =
             debug = 5
-            output = \(directory)/stunnel.log
             [proxy]
             accept = 127.0.0.1:\(port)
             connect = 127.0.0.1:\(target)
@@ -29,7 +31,7 @@ public final class Stunnel: Sendable {
             key = \(fixtures.directory)/server.key
             """.write(toFile: "\(directory)/stunnel.conf", atomically: true, encoding: .utf8)
         try await Nginx.launch(process, binary: binary, arguments: ["\(directory)/stunnel.conf"], port: port,
-                         failure: "stunnel did not start; see \(directory)/stunnel.log")
+                               failure: "stunnel did not start; see \(directory)/stunnel.log", stderrPath: "\(directory)/stunnel.log")
     }
 
     deinit { stop() }

@@ -83,6 +83,69 @@ struct ConfigurationTests {
         }
     }
 
+    /// Issue 54: values that passed the start and failed later (or for ever): an optional setting of a feature that is
+    /// off, a connection string libpq cannot parse, a statement timeout over PostgreSQL's maximum, a shutdown timeout
+    /// the unit would cut short. Each is named, and no secret of the value is echoed.
+    @Test(arguments: [
+        ("APPSTORE_NOTIFICATION_HISTORY", "maybe", "must be on or off"),
+        ("APPSTORE_NOTIFICATION_POLL_INTERVAL", "soon", "positive duration"),
+        ("APPSTORE_REQUESTS_PER_SECOND", "500", "must be in 1...50"),
+        ("APPSTORE_SANDBOX_URL", "http://sandbox", "https URL"),
+        ("DATABASE_URL", "postgresql://worker:Zebra%zzS3cret@host/db", "libpq cannot parse it"),
+        ("DATABASE_URL", "host=db password='Zebra S3cret user=w", "libpq cannot parse it"),
+        ("DATABASE_LISTEN_URL", "postgresql://worker:Zebra%zzS3cret@host/db", "libpq cannot parse it"),
+        ("DATABASE_STATEMENT_TIMEOUT", "30d", "at most 2147483647ms"),
+        ("DATABASE_STATEMENT_TIMEOUT", "2147483648ms", "at most 2147483647ms"),
+        ("SHUTDOWN_TIMEOUT", "20s", "at most 15s"),
+    ])
+    func valuesThatFailedLater_areRefusedAtStart_namingTheSetting(variable: String, value: String, problem: String) throws {
+        var environment = try Self.baseEnvironment()
+        environment[variable] = value
+        let error = #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: environment) }
+        #expect(error?.errors.map(\.variable) == [variable])
+        #expect(error?.errors.first?.problem.contains(problem) == true, "\(error?.description ?? "")")
+        #expect(error?.description.contains("S3cret") == false, "\(error?.description ?? "")")
+        if variable == "DATABASE_URL" || variable == "DATABASE_STATEMENT_TIMEOUT" {  // the database commands read these too
+            #expect(throws: ConfigurationErrors.self) { try Configuration.loadOperatorSettings(from: environment) }
+        }
+    }
+
+    /// The largest values that are still accepted: PostgreSQL's own maximum, and the unit's stop timeout less 5 s.
+    @Test func statementAndShutdownTimeouts_acceptTheirLimit() throws {
+        var environment = try Self.baseEnvironment()
+        environment["DATABASE_STATEMENT_TIMEOUT"] = "2147483647ms"
+        environment["SHUTDOWN_TIMEOUT"] = "15s"
+        let configuration = try Configuration.load(from: environment)
+        #expect(configuration.databaseStatementTimeout == .milliseconds(2_147_483_647))
+        #expect(configuration.shutdownTimeout == .seconds(15))
+    }
+
+    /// The shutdown cap is derived from the unit's `TimeoutStopSec=`: the two cannot drift apart unnoticed.
+    @Test func shutdownCap_followsTheUnitsTimeoutStopSec() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let unit = try String(contentsOf: root.appendingPathComponent("systemd/medication-worker.service"), encoding: .utf8)
+        let line = unit.split(separator: "\n").first { $0.hasPrefix("TimeoutStopSec=") }
+        #expect(line == "TimeoutStopSec=\(ValueParsing.format(Configuration.Defaults.unitStopTimeout))")
+        #expect(Configuration.Defaults.maxShutdownTimeout == Configuration.Defaults.unitStopTimeout - .seconds(5))
+    }
+
+    /// Issue 54: a URL-like setting's user info is hidden up to its last '@', with or without a scheme (libcurl takes
+    /// `user:password@host:port` as a proxy).
+    @Test(arguments: [
+        ("HTTPS_PROXY", "alice:S3cretProxyPw@squid.internal:3128", "HTTPS_PROXY=alice:***@squid.internal:3128 (from HTTPS_PROXY)"),
+        ("HTTPS_PROXY", "http://alice:p@ss@squid:3128", "HTTPS_PROXY=http://alice:***@squid:3128 (from HTTPS_PROXY)"),
+        ("https_proxy", "S3cretToken@squid:3128", "HTTPS_PROXY=***@squid:3128 (from https_proxy)"),
+        ("DATABASE_URL", "postgresql://worker:p@ss/S3cret@db.internal/app", "DATABASE_URL=postgresql://worker:***@db.internal/app"),
+        ("DATABASE_LISTEN_URL", "host=db password=p@ssS3cret user=w", "DATABASE_LISTEN_URL=host=db password=*** user=w"),
+    ])
+    func urlLikeSettings_hideUserInfoUpToTheLastAt(variable: String, value: String, shown: String) throws {
+        var environment = try Self.baseEnvironment()
+        environment[variable] = value
+        let text = try Configuration.load(from: environment).redactedDescription
+        #expect(text.contains(shown), "\(text)")
+        for secret in ["S3cret", "p@ss", "ss@"] { #expect(!text.contains(secret), "\(text)") }
+    }
+
     @Test func severalBadSettings_areAllNamedInOnePass() throws {
         var environment = try Self.baseEnvironment()
         environment["DATABASE_URL"] = nil
