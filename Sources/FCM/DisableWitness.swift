@@ -85,6 +85,10 @@ package struct DisableWitness<Waiter> {
             verdict = .projectFault(answer)
         case .noKnownGoodToken:
             verdict = .unwitnessed
+        case .allowanceUsed(let answer):
+            // Like a project fault: checked at once while it lasts, until FCM accepts a push.
+            fault = answer
+            verdict = .allowanceUsed(answer)
         case .inconclusive:
             verdict = .retry
         }
@@ -121,6 +125,10 @@ package enum DisableVerdict: Sendable, Equatable {
     case unwitnessed
     /// A known-good token got a disabling answer too: the project is at fault; pause, disable nothing.
     case projectFault(DisablingAnswer)
+    /// Nothing can witness (no token other than the suspects ever received a push) and the fleet's unwitnessed
+    /// disables are used up: a new deployment whose every send is refused (a key of another project on day one).
+    /// Paused like a project fault, nothing more disabled, until FCM accepts a push.
+    case allowanceUsed(DisablingAnswer)
     /// The dry run got no verdict (a timeout, a 5xx): the send is retried later; nothing disabled, nothing paused.
     case retry
 
@@ -130,11 +138,12 @@ package enum DisableVerdict: Sendable, Equatable {
         case .witnessed: "witnessed"
         case .unwitnessed: "unwitnessed"
         case .projectFault: "project_fault"
+        case .allowanceUsed: "allowance_used"
         case .retry: "retried"
         }
     }
 
-    package static let labels = ["witnessed", "unwitnessed", "project_fault", "retried"]
+    package static let labels = ["witnessed", "unwitnessed", "project_fault", "allowance_used", "retried"]
 }
 
 /// What the dry run to the known-good tokens found.
@@ -143,8 +152,11 @@ package enum DryRunResult: Sendable, Equatable {
     case accepted(token: String)
     /// Every known-good token tried got a disabling answer (the first one's).
     case refused(DisablingAnswer)
-    /// No token of the project ever received a push.
+    /// No token other than the suspects ever received a push, and the fleet may still disable unwitnessed.
     case noKnownGoodToken
+    /// No token other than the suspects ever received a push, and the fleet's unwitnessed disables are used up; the
+    /// answer of the oldest waiting send.
+    case allowanceUsed(DisablingAnswer)
     /// No verdict: a timeout, a 5xx, no access token.
     case inconclusive
 

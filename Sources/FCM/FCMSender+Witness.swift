@@ -6,6 +6,22 @@ import Metrics
 import Push
 import Synchronization
 
+/// What the database offers a disabling answer's dry run (the daemon's `KnownGoodTokens`).
+public struct WitnessCandidates: Sendable, Equatable {
+    /// Disables the fleet may make without a witness (`OutboxStore.unwitnessedDisableCap`).
+    public static let unwitnessedDisableCap = 10
+
+    /// Tokens of devices that received a push lately, newest first, none of them a suspect.
+    public var tokens: [String]
+    /// Whether the fleet has made fewer unwitnessed disables than the cap.
+    public var unwitnessedAllowanceLeft: Bool
+
+    public init(tokens: [String] = [], unwitnessedAllowanceLeft: Bool = true) {
+        self.tokens = tokens
+        self.unwitnessedAllowanceLeft = unwitnessedAllowanceLeft
+    }
+}
+
 /// A disabling answer held until the witness's verdict: how to finish its send.
 struct DisableWaiter: Sendable {
     var answer: DisablingAnswer
@@ -22,7 +38,7 @@ final class WitnessDesk: Sendable {
     private let witness: Mutex<DisableWitness<DisableWaiter>>
     /// Tokens of devices that received a push lately, newest first, other than the ones given (the daemon asks the
     /// database); nil: it could not be asked.
-    private let knownGoodTokens: @Sendable ([String]) async -> [String]?
+    private let knownGoodTokens: @Sendable ([String]) async -> WitnessCandidates?
     /// The sender's client, credentials and URL: a dry run goes where the sends go, with the same key.
     private let http: HTTPClient
     private let tokens: AccessTokenProvider
@@ -31,7 +47,7 @@ final class WitnessDesk: Sendable {
     private let dryRuns: [String: Counter]
 
     init(wait: Duration, http: HTTPClient, tokens: AccessTokenProvider, endpoint: String, metrics: MetricsRegistry,
-         knownGoodTokens: @escaping @Sendable ([String]) async -> [String]?) {
+         knownGoodTokens: @escaping @Sendable ([String]) async -> WitnessCandidates?) {
         witness = Mutex(DisableWitness(wait: wait))
         self.knownGoodTokens = knownGoodTokens
         self.http = http
@@ -89,14 +105,18 @@ final class WitnessDesk: Sendable {
         guard let suspects = witness.withLock({ $0.checkDue() }) else { return }
         // Ask the database only when this process has no accepted token to offer.
         let remembered = witness.withLock { $0.lastAccepted?.token }
-        let known: [String]?
-        if let remembered, !suspects.contains(remembered) { known = [] } else { known = await knownGoodTokens(Array(suspects)) }
+        let known: WitnessCandidates?
+        if let remembered, !suspects.contains(remembered) { known = WitnessCandidates() } else { known = await knownGoodTokens(Array(suspects)) }
         guard let known else {
             // The database could not say which tokens are good: no verdict (not a new deployment's allowance).
             finish(.inconclusive, apply: apply)
             return
         }
-        let tokens = witness.withLock { $0.witnesses(known: known, suspects: suspects) }
+        let tokens = witness.withLock { $0.witnesses(known: known.tokens, suspects: suspects) }
+        if tokens.isEmpty, !known.unwitnessedAllowanceLeft, let answer = witness.withLock({ $0.waiting.first?.waiter.answer }) {
+            finish(.allowanceUsed(answer), apply: apply)
+            return
+        }
         var answers: [(token: String, answer: DryRunResult.Answer)] = []
         for token in tokens.prefix(3) {
             let answer = await dryRun(token)

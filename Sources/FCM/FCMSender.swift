@@ -25,14 +25,14 @@ public struct FCMConfiguration: Sendable {
     /// Tokens of devices that received a push lately, newest first, leaving out the tokens given (the ones under
     /// suspicion): what a disabling answer's dry run is sent to when no 200 witnessed it (the daemon asks the
     /// database; empty: none known, as in a new deployment; nil: the database could not be asked).
-    public var knownGoodTokens: @Sendable (_ excluding: [String]) async -> [String]?
+    public var knownGoodTokens: @Sendable (_ excluding: [String]) async -> WitnessCandidates?
     /// How long a disabling answer waits for a 200 to witness it before a dry run is sent.
     public var witnessWait: Duration
 
     public init(serviceAccount: ServiceAccount, baseURL: String = "https://fcm.googleapis.com",
                 http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15)), maxSendsPerSecond: Double? = nil,
                 quotaPause: Duration = .seconds(60), maxHeldThroughPause: Duration = .seconds(30),
-                knownGoodTokens: @escaping @Sendable (_ excluding: [String]) async -> [String]? = { _ in [] }, witnessWait: Duration = .milliseconds(1500)) {
+                knownGoodTokens: @escaping @Sendable (_ excluding: [String]) async -> WitnessCandidates? = { _ in WitnessCandidates() }, witnessWait: Duration = .milliseconds(1500)) {
         self.serviceAccount = serviceAccount
         self.baseURL = baseURL
         self.http = http
@@ -242,6 +242,12 @@ public final class FCMSender: PushSender {
         case .projectFault(let answer):
             gate.fault(.project, reason: faultReason(answer), retryAfter: nil, cause: answer.rawValue, ticket: waiter.ticket)
             waiter.completion(.retry(reason: "PROJECT_FAULT: \(answer.rawValue)", after: nil, minimumBackoff: nil))
+        case .allowanceUsed(let answer):
+            let reason = "\(answer.rawValue) for every token, and no token of project \(projectId) was ever accepted: the fleet's "
+                + "\(WitnessCandidates.unwitnessedDisableCap) disables without a witness are used up; check FCM_SERVICE_ACCOUNT_FILE "
+                + "(is it the app's Firebase project?), FCM_BASE_URL and any proxy"
+            gate.fault(.project, reason: reason, retryAfter: nil, cause: answer.rawValue, ticket: waiter.ticket)
+            waiter.completion(.retry(reason: "PROJECT_FAULT: \(answer.rawValue) (no witness)", after: nil, minimumBackoff: nil))
         case .retry:
             // No verdict either way: the device keeps its token and the send comes back. A probe's answer is replaced by
             // the next held send's.

@@ -79,7 +79,12 @@ extension Daemon {
         let configuration = startup.configuration
         let fcm = FCMConfiguration(serviceAccount: startup.serviceAccount, baseURL: configuration.fcmBaseURL, http: http,
                                    maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init),
-                                   knownGoodTokens: { await knownGood.newest(excluding: $0) })
+                                   knownGoodTokens: { suspects in
+                                       await knownGood.newest(excluding: suspects).map { found in
+                                           WitnessCandidates(tokens: found.tokens,
+                                                             unwitnessedAllowanceLeft: found.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
+                                       }
+                                   })
         return try FCMSender(configuration: fcm, logger: logger.child(label: "fcm"), metrics: metrics, onHealth: { state in
             switch state {
             case .ok: health.set(.fcm, .ok)

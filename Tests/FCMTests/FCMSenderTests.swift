@@ -24,7 +24,7 @@ struct FCMSenderTests {
     /// test waits only the gate's own backoff); `projectQuota`: the emulator's (nil: none).
     static func rig(trust: Bool = true, signingKey: String? = nil, tokenLifetime: Int = 3600, maxInFlight: Int = 20,
                     maxSendsPerSecond: Double? = nil, quotaPause: Duration = .zero, projectQuota: (rate: Double, burst: Int)? = nil,
-                    knownGoodTokens: @escaping @Sendable ([String]) async -> [String]? = { _ in [] },
+                    knownGoodTokens: @escaping @Sendable ([String]) async -> WitnessCandidates? = { _ in WitnessCandidates() },
                     now: @escaping @Sendable () -> Date = Date.init,
                     onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
                     onCredentials: @escaping @Sendable (AccessTokenProvider.Status) -> Void = { _ in }) throws -> Rig {

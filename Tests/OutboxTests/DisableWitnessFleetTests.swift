@@ -29,6 +29,10 @@ struct DisableWitnessFleetTests {
         { health in if case .paused(.project, let reason) = health { reason.hasPrefix("\(answer) for a token that received pushes") } else { false } }
     }
 
+    static func pausedWithoutWitness(_ health: FCMHealth) -> Bool {
+        if case .paused(.project, let reason) = health { reason.contains("disables without a witness are used up") } else { false }
+    }
+
     /// One instance of the fleet: its sender, what it told `/readyz`, what it logged and counted.
     struct Instance: Sendable {
         final class Heard: Sendable {
@@ -58,7 +62,11 @@ struct DisableWitnessFleetTests {
             let heard = Instance.Heard()
             let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                                                        http: HTTPClientConfiguration(maxInFlight: 20, caFile: fixtures.caFile),
-                                                                       knownGoodTokens: { await known.newest(excluding: $0) }),
+                                                                       knownGoodTokens: { suspects in
+            await known.newest(excluding: suspects).map {
+                WitnessCandidates(tokens: $0.tokens, unwitnessedAllowanceLeft: $0.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
+            }
+        }),
                                        logger: Logger(label: "fcm", sink: heard.log), metrics: heard.metrics,
                                        onHealth: { state in heard.health.record(state) })
             instances.append(Instance(sender: sender, heard: heard))
@@ -240,19 +248,26 @@ struct DisableWitnessFleetTests {
     }
 
     /// A key of another project from the first send of a new deployment: nothing can witness, so three instances
-    /// together disable at most 10 of 120 devices (the fleet's unwitnessed allowance), and nothing else FAILED.
+    /// together disable at most 10 of 120 devices (the fleet's unwitnessed allowance), nothing else FAILED, and once
+    /// the allowance is used up each pauses naming SENDER_ID_MISMATCH and the used-up allowance (no hammering).
     @Test func wrongKeyFromTheStart_newDeployment_fleetOfThree_disablesAtMostTen() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             try await Self.withInstances(3, conninfo: conninfo) { instances, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: (0..<120).map { "fleet-\($0)" })
                 emulator.setProjectFault(.senderIdMismatch)
-                for group in 0..<3 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
+                for group in 0..<6 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
                 try await Self.running(instances.map { Self.engine(conninfo, sender: $0.sender) }) {
-                    try await eventually("the allowance is used up", timeout: .seconds(30)) {
-                        try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE "lastError" LIKE 'DISABLE_HELD%'"#) > 0
+                    // Once the allowance is used up, each instance pauses as for a project fault and says why.
+                    // (An instance that claimed no event sends nothing, so "every" is the ones that sent.)
+                    try await eventually("the instances pause: no witness, the allowance used up", timeout: .seconds(30)) {
+                        instances.contains { $0.heard.health.all.contains(where: Self.pausedWithoutWitness) }
                     }
                     try await Task.sleep(for: .seconds(3))
+                    for instance in instances where instance.heard.health.all.contains(where: Self.pausedWithoutWitness) {
+                        #expect(instance.heard.metrics.value("fcm_send_paused", labels: ["cause": "SENDER_ID_MISMATCH"]) == 1)
+                        #expect(instance.heard.log.entries.filter { $0.level == .error }.count == 1)
+                    }
                 }
                 let disabled = try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#)
                 #expect(disabled <= 10)

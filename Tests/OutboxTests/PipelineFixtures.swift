@@ -137,7 +137,11 @@ func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil
                                http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile))
     if let conninfo {
         let known = KnownGoodTokens(client: PostgresClient(conninfo: conninfo))
-        fcm.knownGoodTokens = { await known.newest(excluding: $0) }
+        fcm.knownGoodTokens = { suspects in
+            await known.newest(excluding: suspects).map {
+                WitnessCandidates(tokens: $0.tokens, unwitnessedAllowanceLeft: $0.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
+            }
+        }
     }
     configure(&fcm)
     let sender = try FCMSender(
