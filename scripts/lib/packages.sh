@@ -10,9 +10,10 @@
 # (g++: libc6-dev, libstdc++ and libgcc's -dev packages, binutils), SwiftPM's sqlite, ncurses, libxml2, libedit.
 MW_PACKAGES=(libpq-dev libcurl4-openssl-dev libssl-dev libsystemd-dev libmicrohttpd-dev pkg-config
              g++ libsqlite3-0 libncurses6 libxml2 libedit2 zlib1g
-# Run and test: a throwaway PostgreSQL, PgBouncer in front of it, nginx as a real HTTP/2 server, tinyproxy and
-# stunnel4 as an egress proxy, and the tools the scripts call.
-             postgresql pgbouncer nginx nghttp2-client tinyproxy stunnel4 openssl ca-certificates curl python3 systemd)
+# Run and test: a throwaway PostgreSQL, PgBouncer in front of it, nginx as a real HTTP/2 server (its echo module holds
+# an answer for FCM's answer time: bench/run BENCH_ANSWER_MS), tinyproxy and stunnel4 as an egress proxy, and the
+# tools the scripts call.
+             postgresql pgbouncer nginx libnginx-mod-http-echo nghttp2-client tinyproxy stunnel4 openssl ca-certificates curl python3 systemd)
 # CI only: the .deb (debhelper, lintian), the systemd test (debootstrap, systemd-nspawn), promtool (prometheus).
 MW_CI_PACKAGES=(debhelper dpkg-dev lintian debootstrap systemd-container prometheus)
 
