@@ -20,10 +20,19 @@ $$;
 
 GRANT USAGE ON SCHEMA public TO medication_worker;
 
--- Read the patient's name and the caregiver links (never written).
-GRANT SELECT ON "Patient", "CaregiverPatientLink" TO medication_worker;
--- Read tokens; disable dead ones ("isEnabled", "updatedAt").
-GRANT SELECT, UPDATE ON "PushDevice" TO medication_worker;
+-- Read the patient's name for the push (the claim) and whether a patient exists (`events --patient`); nothing else
+-- of the patient, and never written. The caregiver links are read whole (never written).
+-- The REVOKEs narrow a role that an earlier roles.sql granted whole tables (a table REVOKE also drops its column grants;
+-- the GRANTs after it put back exactly the columns).
+REVOKE SELECT ON "Patient" FROM medication_worker;
+GRANT SELECT (id, "displayName") ON "Patient" TO medication_worker;
+GRANT SELECT ON "CaregiverPatientLink" TO medication_worker;
+-- Read tokens and registrations (the fan-out, `event`, `events --caregiver`, `devices --owner`, the stale gauge);
+-- write only what a disable (the completer) and `devices enable` change. A token, an owner or "lastSeenAt" is the
+-- API's to write: UPDATE of any other column is refused.
+GRANT SELECT ON "PushDevice" TO medication_worker;
+REVOKE UPDATE ON "PushDevice" FROM medication_worker;
+GRANT UPDATE ("isEnabled", "updatedAt") ON "PushDevice" TO medication_worker;
 -- Insert deliveries, record outcomes, prune old ones (retention).
 GRANT SELECT, INSERT, UPDATE, DELETE ON "PushDelivery" TO medication_worker;
 -- Re-check entitlements: status, "lastCheckedAt", "revokedAt", "revocationReason", "updatedAt".

@@ -34,7 +34,7 @@ public struct AppStoreConfiguration: Sendable {
     public var keyRefusedBackoff: Duration = .seconds(15)
     /// How long a claimed row stays out of other claims before it is due again (a crash mid-pass).
     public var claimLease: Duration = .seconds(600)
-    /// Get Notification History for REFUND / REFUND_REVERSED (`APPSTORE_NOTIFICATION_HISTORY=on`).
+    /// Get Notification History for REFUND / REVOKE / REFUND_REVERSED (`APPSTORE_NOTIFICATION_HISTORY=on`).
     public var notificationHistory = false
     public var notificationPollInterval: Duration = .seconds(300)
     public var http: HTTPClientConfiguration

@@ -38,9 +38,11 @@ enum EntitlementDecision {
     /// What was verified (signature, chain, bundle, product, original transaction, environment all checked).
     enum Evidence: Equatable, Sendable {
         /// The sweep: the transaction Apple returns now; `revocation` when Apple reports it refunded or revoked.
-        case lookup(revocation: Date?, reason: Int?)
-        /// A REFUND notification; `revocation` from its verified transaction (nil: the transaction says it stands).
-        case refund(revocation: Date?, reason: Int?)
+        case lookup(revocation: Date?, reason: Int?, kind: RevocationKind = RevocationKind())
+        /// A REFUND or REVOKE (Family Sharing ended) notification; `revocation` from its verified transaction (nil: the
+        /// transaction says it stands). Every `revocationType` revokes: Apple sets `revocationDate` only on a transaction
+        /// it took back, whether refunded in full, in part, or no longer shared.
+        case refund(revocation: Date?, reason: Int?, kind: RevocationKind = RevocationKind())
         /// A REFUND_REVERSED notification signed at `signedAt`; `revocation` when its transaction still reports one.
         case reversal(signedAt: Date, revocation: Date?)
     }
@@ -67,25 +69,25 @@ enum EntitlementDecision {
     static func decide(_ state: State, _ evidence: Evidence) -> Action {
         if state.isOthers { return Action(write: nil, verdict: .unchanged) }
         switch evidence {
-        case .lookup(let revocation?, let reason):
+        case .lookup(let revocation?, let reason, let kind):
             // Revoked at Apple: (re)recorded with Apple's date; a change only for an ACTIVE row.
-            return Action(write: .revoke(revocation, reason: reason.map(String.init)), verdict: state == .active ? .revoked : .unchanged)
-        case .lookup(nil, _):
+            return Action(write: .revoke(revocation, reason: reason.map(String.init), kind: kind), verdict: state == .active ? .revoked : .unchanged)
+        case .lookup(nil, _, _):
             // Apple no longer reports a revocation: a row this worker revoked comes back; an active one stays.
             if case .revoked = state { return Action(write: .restore(), verdict: .restored) }
             return Action(write: .stillActive, verdict: .active)
-        case .refund(let revocation?, let reason):
+        case .refund(let revocation?, let reason, let kind):
             switch state {
             case .active:
-                return Action(write: .revoke(revocation, reason: reason.map(String.init)), verdict: .revoked)
+                return Action(write: .revoke(revocation, reason: reason.map(String.init), kind: kind), verdict: .revoked)
             case .revoked(let recorded) where revocation > recorded:
                 // Refunded again after a reversal: the later refund's date is kept, so the reversal in between,
                 // whichever order the two queries return them in, cannot restore the row.
-                return Action(write: .revokeLater(revocation, reason: reason.map(String.init)), verdict: .unchanged)
+                return Action(write: .revokeLater(revocation, reason: reason.map(String.init), kind: kind), verdict: .unchanged)
             default:
                 return Action(write: nil, verdict: .unchanged)
             }
-        case .refund(nil, _):
+        case .refund(nil, _, _):
             return Action(write: nil, verdict: .notRevoked)
         case .reversal(let signedAt, nil):
             // A reversal restores only the refund it came after: one recorded later than it stands.

@@ -218,7 +218,8 @@ public final class EntitlementRechecker: Service {
     }
 
     private func apply(_ verified: VerifiedTransaction, to row: EntitlementStore.Claimed, metadata: LogMetadata) async throws -> Outcome {
-        let action = EntitlementDecision.decide(row.state, .lookup(revocation: verified.revocationDate, reason: verified.revocationReason))
+        let action = EntitlementDecision.decide(row.state, .lookup(revocation: verified.revocationDate, reason: verified.revocationReason,
+                                                                                 kind: verified.revocationKind))
         if let write = action.write { try await context.store.record(write, id: row.id, interval: context.configuration.recheckInterval) }
         // The check's label says what Apple reported (a revocation re-recorded on a revoked row counts as `revoked`).
         switch action.write {
@@ -231,7 +232,7 @@ public final class EntitlementRechecker: Service {
         case .revoked:
             context.revokedTotal.increment()
             context.logger.notice("entitlement revoked (verified refund or revocation)",
-                          metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
+                          metadata: metadata.merging(NotificationHistoryPoller.revocationMetadata(verified)) { $1 })
             return .revoked
         case .restored:
             context.restoredTotal.increment()

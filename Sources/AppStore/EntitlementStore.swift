@@ -24,9 +24,9 @@ struct EntitlementStore: Sendable {
 
     /// What a verified answer does to a row.
     enum Verdict: Sendable, Equatable {
-        case revoke(Date, reason: String?)
+        case revoke(Date, reason: String?, kind: RevocationKind = RevocationKind())
         /// A later refund of a row already revoked: only its date moves forward.
-        case revokeLater(Date, reason: String?)
+        case revokeLater(Date, reason: String?, kind: RevocationKind = RevocationKind())
         /// Back to ACTIVE; with a date, only if the recorded refund is older than it (a reversal of that refund).
         case restore(reversedAt: Date? = nil)
         case stillActive
@@ -98,21 +98,23 @@ struct EntitlementStore: Sendable {
     static func recordQuery(_ verdict: Verdict, id: String, interval: Duration) -> PostgresQuery {
         let next = scheduled(after: interval)
         switch verdict {
-        case .revoke(let date, let reason):
+        case .revoke(let date, let reason, let kind):
             return """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'REVOKED', "revokedAt" = \(date), "revocationReason" = \(reason), "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
+                SET status = 'REVOKED', "revokedAt" = \(date), "revocationReason" = \(reason), "revocationType" = \(kind.type),
+                    "revocationPercentage" = \(kind.percentage)::integer, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
                 WHERE id = \(id) AND \(sql: eligible)
                 """
-        case .revokeLater(let date, let reason):
+        case .revokeLater(let date, let reason, let kind):
             return """
-                UPDATE "CaregiverEntitlement" SET "revokedAt" = \(date), "revocationReason" = \(reason), "updatedAt" = now()
+                UPDATE "CaregiverEntitlement" SET "revokedAt" = \(date), "revocationReason" = \(reason), "revocationType" = \(kind.type),
+                    "revocationPercentage" = \(kind.percentage)::integer, "updatedAt" = now()
                 WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" < \(date)
                 """
         case .restore(let reversedAt):
             return """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
+                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "revocationType" = NULL, "revocationPercentage" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
                 WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND (\(reversedAt)::timestamptz IS NULL OR "revokedAt" < \(reversedAt))
                 """
         case .stillActive:

@@ -4,12 +4,14 @@ import Logging
 import Metrics
 import Timekeeping
 
-/// Finds refunds in minutes: every poll interval, pages through Get Notification History for REFUND and for
-/// REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
+/// Finds refunds in minutes: every poll interval, pages through Get Notification History for REFUND, REVOKE (Family
+/// Sharing access ended) and REFUND_REVERSED in each environment from a checkpoint kept in the database, verifies each notification and the
 /// transaction inside it as a lookup would, and revokes or restores the row. The sweep stays the safety net.
 public final class NotificationHistoryPoller: PeriodicJob {
     /// One query per type (Apple filters on one notificationType at a time).
-    public static let types = ["REFUND", "REFUND_REVERSED"]
+    public static let types = ["REFUND", "REVOKE", "REFUND_REVERSED"]
+    /// The types whose verified transaction revokes (`revocationDate` set); the others restore.
+    static let revoking: Set<String> = ["REFUND", "REVOKE"]
     /// Each window starts this long before the previous one ended: a notification Apple records late is still seen
     /// (applying one twice changes nothing).
     static let overlap: TimeInterval = 300
@@ -134,6 +136,13 @@ public final class NotificationHistoryPoller: PeriodicJob {
         }
     }
 
+    /// Apple's reason, type and percentage of a revocation as log fields.
+    static func revocationMetadata(_ verified: VerifiedTransaction) -> LogMetadata {
+        ["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-",
+         "appstore.revocation_type": verified.revocationKind.type ?? "-",
+         "appstore.revocation_percentage": verified.revocationKind.percentage.map(String.init) ?? "-"]
+    }
+
     /// Verifies one notification and applies it; returns the verdict (metric label).
     func apply(_ signedPayload: String, type: String, environment: String) async throws -> String {
         let notification: VerifiedNotification
@@ -159,16 +168,16 @@ public final class NotificationHistoryPoller: PeriodicJob {
             context.logger.warning("notification's transaction refused; entitlement unchanged", metadata: metadata.merging(["appstore.refusal": error.rawValue]) { $1 })
             return error.rawValue
         }
-        let evidence: EntitlementDecision.Evidence = type == "REFUND"
-            ? .refund(revocation: verified.revocationDate, reason: verified.revocationReason)
+        let evidence: EntitlementDecision.Evidence = Self.revoking.contains(type)
+            ? .refund(revocation: verified.revocationDate, reason: verified.revocationReason, kind: verified.revocationKind)
             : .reversal(signedAt: notification.signedDate, revocation: verified.revocationDate)
         let action = EntitlementDecision.decide(row.state, evidence)
         if let write = action.write { try await context.store.record(write, id: row.id, interval: context.configuration.recheckInterval) }
         switch action.verdict {
         case .revoked:
             context.revokedTotal.increment()
-            context.logger.notice("entitlement revoked (verified REFUND notification)",
-                          metadata: metadata.merging(["appstore.revocation_reason": verified.revocationReason.map(String.init) ?? "-"]) { $1 })
+            context.logger.notice("entitlement revoked (verified \(type) notification)",
+                          metadata: metadata.merging(Self.revocationMetadata(verified)) { $1 })
         case .restored:
             context.restoredTotal.increment()
             context.logger.notice("entitlement restored (verified REFUND_REVERSED notification)", metadata: metadata)

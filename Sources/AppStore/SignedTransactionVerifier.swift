@@ -13,7 +13,21 @@ public struct VerifiedTransaction: Sendable, Equatable {
     public var revocationDate: Date?
     /// Apple's `revocationReason` integer.
     public var revocationReason: Int?
+    /// Apple's `revocationType` and `revocationPercentage` (App Store Server API 1.19), when present.
+    public var revocationKind: RevocationKind = RevocationKind()
     public var signedDate: Date
+}
+
+/// Apple's 2025 description of a revocation (App Store Server API 1.19): `revocationType` (`REFUND_FULL`,
+/// `REFUND_PRORATED`, `FAMILY_REVOKE`) and, for a refund, `revocationPercentage` in milliunits (40% = 40000).
+/// docs/operations.md ("Refunds and Family Sharing") says what each does to an entitlement: every one revokes it.
+public struct RevocationKind: Sendable, Equatable {
+    public var type: String?
+    public var percentage: Int?
+    public init(type: String? = nil, percentage: Int? = nil) {
+        self.type = type
+        self.percentage = percentage
+    }
 }
 
 /// Verifies `signedTransactionInfo` (a compact JWS) before anything trusts it: ES256, an x5c
@@ -91,9 +105,12 @@ public struct SignedTransactionVerifier: Sendable {
             guard let millis = value.numberValue, Self.signedDateRange.contains(millis) else { throw .malformedPayload }
             revocation = Date(timeIntervalSince1970: millis / 1000)
         }
+        // Recorded as Apple sent them, never a reason to refuse the transaction: a type Apple adds later is kept as text.
+        let kind = RevocationKind(type: payload["revocationType"]?.stringValue.map { String($0.prefix(40)) },
+                                  percentage: payload["revocationPercentage"]?.intValue.flatMap { (0...100_000).contains($0) ? $0 : nil })
         return VerifiedTransaction(transactionId: transactionId, originalTransactionId: originalTransactionId, bundleId: bundleId,
                                    productId: productId, environment: environment, revocationDate: revocation,
-                                   revocationReason: payload["revocationReason"]?.intValue, signedDate: signedDate)
+                                   revocationReason: payload["revocationReason"]?.intValue, revocationKind: kind, signedDate: signedDate)
     }
 
     /// The `signedDate`s (UNIX milliseconds) a payload may carry: 1970 to the end of year 9999.

@@ -51,14 +51,25 @@ enum OnlineChecks {
         ("_medication_worker_instances", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
     ]
 
-    /// Each (table, privilege) of `requiredPrivileges` with whether the table exists and `current_user` holds the privilege.
+    /// The privileges of `requiredPrivileges` that `sql/roles.sql` grants on columns only ("table privilege" → the
+    /// columns): the daemon reads a patient's id and name, and writes only a device's "isEnabled" and "updatedAt".
+    static let columnPrivileges: [String: [String]] = [
+        "Patient SELECT": ["id", "displayName"],
+        "PushDevice UPDATE": ["isEnabled", "updatedAt"],
+    ]
+
+    /// Each (table, privilege) of `requiredPrivileges` with whether the table exists and `current_user` holds the privilege
+    /// (on every column of `columnPrivileges` where the grant is per column).
     static var privilegeQuery: PostgresQuery {
         let pairs = requiredPrivileges.flatMap { entry in entry.privileges.map { (table: entry.table, privilege: $0) } }
         let tables = pairs.map(\.table), privileges = pairs.map(\.privilege)
+        let columns = pairs.map { (columnPrivileges["\($0.table) \($0.privilege)"] ?? []).joined(separator: ",") }
         return """
             SELECT t.name, t.privilege, to_regclass(quote_ident(t.name)) IS NOT NULL AS present,
-                   COALESCE(has_table_privilege(current_user, to_regclass(quote_ident(t.name)), t.privilege), false) AS granted
-            FROM unnest(\(tables)::text[], \(privileges)::text[]) WITH ORDINALITY AS t(name, privilege, n)
+                   COALESCE(CASE WHEN t.columns = '' THEN has_table_privilege(current_user, to_regclass(quote_ident(t.name)), t.privilege)
+                                 ELSE (SELECT bool_and(has_column_privilege(current_user, to_regclass(quote_ident(t.name)), c, t.privilege))
+                                       FROM unnest(string_to_array(t.columns, ',')) AS c) END, false) AS granted
+            FROM unnest(\(tables)::text[], \(privileges)::text[], \(columns)::text[]) WITH ORDINALITY AS t(name, privilege, columns, n)
             ORDER BY t.n
             """
     }

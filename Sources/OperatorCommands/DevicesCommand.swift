@@ -5,13 +5,21 @@ import TextSupport
 import Timekeeping
 
 /// `devices disabled [--since DURATION] [--reason CODE]` and `devices enable --since DURATION [--reason CODE] [--dry-run]`:
-/// the devices the worker disabled, from `"PushDeviceDisabled"`, and the undo of a wrong disable.
+/// the devices the worker disabled, from `"PushDeviceDisabled"`, and the undo of a wrong disable; `devices --owner ID`:
+/// one caregiver's registrations (`DevicesCommand+Owner.swift`).
 struct DevicesCommand: OperatorCommand {
     static let name = "devices"
-    static let summary = "List the devices the worker disabled (`devices disabled`), or re-enable them (`devices enable`)."
+    static let summary = "List a caregiver's registrations (`devices --owner ID`), the devices the worker disabled (`devices disabled`), or re-enable them (`devices enable`)."
     static let help = """
-        Usage: medication-worker devices disabled [--since DURATION] [--reason CODE] [--limit N] [--json]
+        Usage: medication-worker devices --owner ID [--json]
+               medication-worker devices disabled [--since DURATION] [--reason CODE] [--limit N] [--json]
                medication-worker devices enable --since DURATION [--reason CODE] [--dry-run] [--json]
+
+        devices --owner   Every registration ("PushDevice" row) of caregiver ID: the token's first and last 6
+                          characters, enabled or not, "lastSeenAt", its last SENT push, its last disable by the
+                          worker (when, the FCM error code and answer, witnessed or not, restored or not), and
+                          whether another registration of the same phone now speaks for its token (then it gets
+                          no push). Exit status 1 when no caregiver has that id.
 
         devices disabled  Lists the devices the worker disabled, newest first, from the "PushDeviceDisabled"
                           ledger: when, the FCM error code (UNREGISTERED, SENDER_ID_MISMATCH, INVALID_ARGUMENT),
@@ -34,6 +42,7 @@ struct DevicesCommand: OperatorCommand {
     enum Action: Sendable {
         case list(limit: Int)
         case enable(dryRun: Bool)
+        case owner(String)
     }
 
     let action: Action
@@ -41,7 +50,12 @@ struct DevicesCommand: OperatorCommand {
     let reason: String?
 
     init(arguments: inout CommandArguments) throws(UsageError) {
-        guard let verb = arguments.positional() else { throw UsageError("devices needs `disabled` or `enable`") }
+        if let owner = try arguments.value("--owner") {
+            guard arguments.positional() == nil else { throw UsageError("devices --owner ID takes no `disabled` or `enable`") }
+            (action, since, reason) = (.owner(owner), nil, nil)
+            return
+        }
+        guard let verb = arguments.positional() else { throw UsageError("devices needs --owner ID, `disabled` or `enable`") }
         since = try arguments.duration("--since")
         reason = try arguments.value("--reason").map { $0.uppercased() }
         switch verb {
@@ -196,6 +210,8 @@ struct DevicesCommand: OperatorCommand {
         let (action, since, reason) = (self.action, self.since, self.reason)
         return try await context.withDatabase { client, _ in
             switch action {
+            case .owner(let owner):
+                return try await client.withConnection { try Self.ownerReport(owner, $0) } as any CommandReport
             case .list(let limit):
                 let rows = try await client.query(Self.listQuery(since: since, reason: reason, limit: limit))
                 return ListReport(since: since, reason: reason, limit: limit, disables: try rows.map { try Disable($0) }) as any CommandReport

@@ -4,31 +4,67 @@ import Outbox
 import Postgres
 import TextSupport
 
-/// `events --status DEAD|PENDING|EXPIRED [--since DURATION] [--limit N]`: the newest events in one state.
+/// `events --status DEAD|PENDING|EXPIRED [--since DURATION] [--limit N]`: the newest events in one state; and
+/// `events --patient ID | --caregiver ID [--since DURATION] [--limit N]`: one person's events with each device's fate
+/// (`EventsCommand+Person.swift`).
 struct EventsCommand: OperatorCommand {
     static let name = "events"
-    static let summary = "List the newest DEAD, PENDING or EXPIRED events with their last error."
+    static let summary = "List the newest DEAD, PENDING or EXPIRED events, or one patient's or caregiver's events with each device's fate."
     static let help = """
         Usage: medication-worker events --status DEAD|PENDING|EXPIRED [--since DURATION] [--limit N] [--json]
+               medication-worker events --patient ID | --caregiver ID [--since DURATION] [--limit N] [--json]
 
-        Lists the newest events in that state (newest first) with attempts and "lastError".
+        --status     Lists the newest events in that state (newest first) with attempts and "lastError".
+        --patient    "Why didn't my caregiver get the push?": the patient's events (newest first, each named by its outbox id),
+        --caregiver  with what became of it on every device of that caregiver, or of the patient's caregivers: SENT at …,
+                     FAILED and why, PENDING, skipped and why (superseded by another registration: whose, when; the
+                     link not ACTIVE; pushes switched off), or "no delivery: the device was disabled at …". Tokens masked
+                     (first and last 6 characters). Exit status 1 when no such patient or caregiver exists.
 
         Options:
-          --status S        DEAD, PENDING or EXPIRED (required).
-          --since DURATION  Only events created within DURATION (30m, 6h, 2d).
+          --status S        DEAD, PENDING or EXPIRED.
+          --patient ID      A patient's id ("Patient".id).
+          --caregiver ID    A caregiver's id (the links' "caregiverId", the devices' "ownerId").
+          --since DURATION  Only events created within DURATION (30m, 6h, 2d; default 24h with --patient/--caregiver).
           --limit N         At most N events (default 50).
-          --json            One JSON document: {"status": S, "events": [...], "limit": N}.
-        Next: `event ID` for one of them, `redrive --dry-run` for DEAD ones.
+          --json            One JSON document: {"status": S, "events": [...], "limit": N}, or with --patient/--caregiver
+                            {"patientId"|"caregiverId": ID, "events": [{"event": {...}, "devices": [{..., "fate": ...}]}]}.
+        Next: `event ID` for one of them, `redrive --dry-run` for DEAD ones, `devices --owner ID` for a caregiver's phones.
         """
 
     static let defaultLimit = 50
+    /// `--since` of `--patient` / `--caregiver` when not given: "roughly when" is usually today.
+    static let defaultPersonWindow: Duration = .seconds(86_400)
+
+    /// Whose events: one patient's, or those of every patient a caregiver is linked to.
+    enum Person: Sendable {
+        case patient(String)
+        case caregiver(String)
+    }
 
     let status: OutboxStatus
     let since: Duration?
     let limit: Int
+    /// Set: the per-person listing (`status` unused).
+    let person: Person?
 
     init(arguments: inout CommandArguments) throws(UsageError) {
-        guard let text = try arguments.value("--status") else { throw UsageError("events needs --status DEAD, PENDING or EXPIRED") }
+        let patient = try arguments.value("--patient"), caregiver = try arguments.value("--caregiver")
+        if patient != nil || caregiver != nil {
+            guard patient == nil || caregiver == nil else { throw UsageError("events takes --patient or --caregiver, not both") }
+            guard try arguments.value("--status") == nil else {
+                throw UsageError("--status lists events in one state; with --patient or --caregiver every state is listed")
+            }
+            person = patient.map(Person.patient) ?? caregiver.map(Person.caregiver)
+            status = .pending
+            since = try arguments.duration("--since") ?? Self.defaultPersonWindow
+            limit = try arguments.positiveInteger("--limit", max: 10_000) ?? Self.defaultLimit
+            return
+        }
+        person = nil
+        guard let text = try arguments.value("--status") else {
+            throw UsageError("events needs --status DEAD, PENDING or EXPIRED, or --patient ID or --caregiver ID")
+        }
         guard let status = OutboxStatus(rawValue: text.uppercased()), status != .done else {
             throw UsageError("--status must be DEAD, PENDING or EXPIRED, got \"\(Printable.escaped(text))\"")
         }
@@ -76,6 +112,7 @@ struct EventsCommand: OperatorCommand {
     }
 
     func run(_ context: CommandContext) async throws -> any CommandReport {
+        if let person { return try await runForPerson(person, context) }
         let (status, since, limit) = (self.status, self.since, self.limit)
         return try await context.withDatabase { client, _ in
             let rows = try await client.query(Self.eventsQuery(status: status, since: since, limit: limit))

@@ -2,8 +2,9 @@ import FoundationEssentials
 import Metrics
 import Postgres
 
-/// Refreshes the queue gauges (`push_outbox_events{status}`, `push_outbox_oldest_pending_seconds`);
-/// the daemon calls it every few seconds, never per scrape, so a scrape storm cannot load the database.
+/// Refreshes the queue gauges (`push_outbox_events{status}`, `push_outbox_oldest_pending_seconds`) and the stale
+/// registrations (`push_devices_stale{days}`); the daemon calls it every few seconds, never per scrape, so a scrape storm
+/// cannot load the database.
 ///
 /// The cost stays flat however much history retention keeps, and does not grow with the number
 /// of instances:
@@ -11,7 +12,10 @@ import Postgres
 ///   DONE, the bulk of the table, is an estimate from the finished index's statistics (kept fresh
 ///   by the table's aggressive autovacuum analyze settings);
 /// - one instance at a time computes them (the `status` lease row) and publishes the snapshot
-///   beside its lease; every instance exports the published snapshot.
+///   beside its lease; every instance exports the published snapshot;
+/// - stale registrations (enabled devices not seen for 60 and 270 days) change by the day: the `status` holder counts
+///   them at most every `staleInterval`, published beside a lease row of their own (`stale_devices`), so the queue
+///   snapshot's format stays as instances of other versions read it.
 public final class QueueGauges: Sendable {
     /// A queue snapshot.
     public struct Snapshot: Sendable, Equatable {
@@ -33,10 +37,26 @@ public final class QueueGauges: Sendable {
                 FROM "PushOutbox" WHERE status = 'PENDING') AS oldest
         """
 
+    /// The ages (days without `"lastSeenAt"` moving) at which an enabled registration counts as stale: Firebase calls a
+    /// token stale after a month or two without contact; 270 days is when FCM treats an Android token as expired.
+    public static let staleDays = [60, 270]
+    /// How often the stale registrations are counted again (a scan of the enabled devices; ages move by the day).
+    public static let staleInterval: Duration = .seconds(600)
+
+    /// Enabled caregiver devices not seen for each of `staleDays`; counts only, never ids.
+    static let staleQuery: PostgresQuery = """
+        SELECT count(*) FILTER (WHERE "lastSeenAt" < now() - interval '60 days') AS days_60,
+               count(*) FILTER (WHERE "lastSeenAt" < now() - interval '270 days') AS days_270
+        FROM "PushDevice" WHERE "isEnabled" AND "ownerType" = 'CAREGIVER' AND "lastSeenAt" < now() - interval '60 days'
+        """
+
     let client: PostgresClient
     let lease: SingletonLease
+    /// The stale counts' own row: taken by the `status` holder, its state `60=N 270=M`.
+    let staleLease: SingletonLease
     let events: [OutboxStatus: Gauge]
     let oldestPending: Gauge
+    let stale: [Int: Gauge]
 
     public init(client: PostgresClient, metrics: MetricsRegistry, interval: Duration = .seconds(5)) {
         self.client = client
@@ -49,6 +69,14 @@ public final class QueueGauges: Sendable {
         self.events = events
         oldestPending = metrics.gauge("push_outbox_oldest_pending_seconds",
                                       help: "Age of the oldest PENDING outbox event in seconds (0 when none).")
+        staleLease = SingletonLease(name: "stale_devices", duration: Self.staleInterval * 3)
+        var stale: [Int: Gauge] = [:]
+        for days in Self.staleDays {
+            stale[days] = metrics.gauge("push_devices_stale",
+                                        help: "Enabled push devices whose lastSeenAt is older than this many days (fleet-wide; still sent to).",
+                                        labels: ["days": String(days)])
+        }
+        self.stale = stale
     }
 
     /// Computes the snapshot when this instance holds the `status` lease, else reads the one
@@ -58,20 +86,57 @@ public final class QueueGauges: Sendable {
         let lease = self.lease
         let client = self.client
         // The holder computes and publishes (and keeps the lease for the next refresh); the others read what it published.
+        let staleLease = self.staleLease
         let computed = try await lease.whileHeld(on: client, releasing: false) {
             try await client.withConnection { connection -> Snapshot in
                 let snapshot = try Self.compute(connection)
                 try lease.publish(Self.encode(snapshot), on: connection)
+                try Self.countStaleIfDue(staleLease, connection)
                 return snapshot
             }
         }
-        let published = computed == nil
-            ? try await client.withConnection { try SingletonLease.state(of: lease.name, on: $0).flatMap { Self.decode($0.state) } }
-            : nil
+        let (published, staleCounts) = try await client.withConnection { connection in
+            (computed == nil ? try SingletonLease.state(of: lease.name, on: connection).flatMap { Self.decode($0.state) } : nil,
+             try SingletonLease.state(of: staleLease.name, on: connection).flatMap { Self.decodeStale($0.state) })
+        }
+        if let staleCounts {
+            for (days, gauge) in stale { gauge.set(Double(staleCounts[days] ?? 0)) }
+        }
         guard let snapshot = computed ?? published else { return Snapshot(events: [:], oldestPendingSeconds: 0) }
         for (name, gauge) in events { gauge.set(Double(snapshot.events[name] ?? 0)) }
         oldestPending.set(snapshot.oldestPendingSeconds)
         return snapshot
+    }
+
+    /// Counts the stale registrations and publishes them when this holder has the `stale_devices` row and the last count
+    /// is older than `staleInterval` (or there is none).
+    static func countStaleIfDue(_ staleLease: SingletonLease, _ connection: PostgresConnection) throws {
+        guard try staleLease.acquire(connection) else { return }
+        if let last = try SingletonLease.state(of: staleLease.name, on: connection), decodeStale(last.state) != nil,
+           last.ageSeconds < staleInterval.asSeconds {
+            return
+        }
+        try staleLease.publish(encodeStale(try countStale(connection)), on: connection)
+    }
+
+    /// Enabled devices not seen for each of `staleDays`.
+    public static func countStale(_ connection: PostgresConnection) throws -> [Int: Int] {
+        let row = try connection.query(staleQuery)[0]
+        return [60: try row["days_60"].int(), 270: try row["days_270"].int()]
+    }
+
+    static func encodeStale(_ counts: [Int: Int]) -> String {
+        staleDays.map { "\($0)=\(counts[$0] ?? 0)" }.joined(separator: " ")
+    }
+
+    static func decodeStale(_ text: String) -> [Int: Int]? {
+        var counts: [Int: Int] = [:]
+        for field in text.split(separator: " ") {
+            let parts = field.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let days = Int(parts[0]), let count = Int(parts[1]) else { return nil }
+            counts[days] = count
+        }
+        return counts.isEmpty ? nil : counts
     }
 
     /// Gives the `status` lease up (on shutdown) so another instance takes over at once.

@@ -272,5 +272,15 @@ public enum Migrations {
             ConcurrentIndex("PushDeviceDisabled_unwitnessed_idx",
                             on: #""PushDeviceDisabled" ("disabledAt") WHERE NOT witnessed AND "restoredAt" IS NULL"#),
         ]),
+        // Apple's 2025 revocation fields (App Store Server API 1.19): what kind of revocation revoked the row
+        // (REFUND_FULL, REFUND_PRORATED, FAMILY_REVOKE) and, for a refund, the share refunded in milliunits (40% = 40000).
+        Migration(version: 10, name: "entitlements: Apple's revocationType and revocationPercentage", statements: [
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revocationType" text
+            """,
+            """
+            ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revocationPercentage" integer
+            """,
+        ]),
     ]
 }

@@ -93,14 +93,18 @@ struct ApplePKI: Sendable {
     /// A transaction payload as Apple signs it (dates in milliseconds).
     static func payload(transactionId: String, original: String, product: String = "premium.monthly",
                         bundle: String = "jp.example.medication", environment: String = "Production",
-                        revocationDate: Int64? = nil, revocationReason: Int? = nil) -> [String: Any] {
+                        revocationDate: Int64? = nil, revocationReason: Int? = nil, revocationType: String? = nil,
+                        revocationPercentage: Int? = nil, ownership: String = "PURCHASED") -> [String: Any] {
         var payload: [String: Any] = [
             "transactionId": transactionId, "originalTransactionId": original, "bundleId": bundle, "productId": product,
             "purchaseDate": 1_767_225_600_000, "type": "Auto-Renewable Subscription", "environment": environment,
-            "signedDate": Int64(Date().timeIntervalSince1970 * 1000), "inAppOwnershipType": "PURCHASED",
+            "signedDate": Int64(Date().timeIntervalSince1970 * 1000), "inAppOwnershipType": ownership,
         ]
         if let revocationDate { payload["revocationDate"] = revocationDate }
         if let revocationReason { payload["revocationReason"] = revocationReason }
+        // App Store Server API 1.19: the kind of revocation, and a refund's share in milliunits (40% = 40000).
+        if let revocationType { payload["revocationType"] = revocationType }
+        if let revocationPercentage { payload["revocationPercentage"] = revocationPercentage }
         return payload
     }
 }

@@ -143,6 +143,14 @@ final class FakeAppStore: Sendable {
         }
     }
 
+    /// Apple's notificationType values (App Store Server Notifications V2); any other is refused as Apple does (4000018).
+    static let notificationTypes: Set<String> = [
+        "CONSUMPTION_REQUEST", "DID_CHANGE_RENEWAL_PREF", "DID_CHANGE_RENEWAL_STATUS", "DID_FAIL_TO_RENEW", "DID_RENEW", "EXPIRED",
+        "EXTERNAL_PURCHASE_TOKEN", "GRACE_PERIOD_EXPIRED", "METADATA_UPDATE", "MIGRATION", "OFFER_REDEEMED", "ONE_TIME_CHARGE",
+        "PRICE_CHANGE", "PRICE_INCREASE", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED", "RENEWAL_EXTENDED", "RENEWAL_EXTENSION",
+        "RESCIND_CONSENT", "REVOKE", "SUBSCRIBED", "TEST",
+    ]
+
     /// Get Notification History with Apple's checks and error codes.
     private func history(_ request: HTTPServerRequest) -> HTTPServerResponse {
         func bad(_ code: Int, _ message: String) -> HTTPServerResponse { .json(400, #"{"errorCode":\#(code),"errorMessage":"\#(message)"}"#) }
@@ -159,8 +167,9 @@ final class FakeAppStore: Sendable {
             if let status = state.historyFailure, state.queries.count > state.historyFailAfter { return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#) }
             guard start < end else { return bad(4_000_013, "Invalid request. The end date precedes the start date or the dates are the same.") }
             guard start >= nowMillis - historyDays * 86_400_000 else { return bad(4_000_012, "Invalid request. The start date is earlier than the allowed start date.") }
-            // This fake insists on one notificationType per query (the worker makes one query per type) and no transactionId with it.
-            guard let type, !type.isEmpty, body["transactionId"] == nil else {
+            // This fake insists on one notificationType per query (the worker makes one query per type), one Apple knows,
+            // and no transactionId with it.
+            guard let type, Self.notificationTypes.contains(type), body["transactionId"] == nil else {
                 return bad(4_000_018, "Invalid request. The notification type or subtype is invalid.")
             }
             var offset = 0

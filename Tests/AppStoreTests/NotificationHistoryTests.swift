@@ -28,6 +28,45 @@ struct NotificationHistoryTests {
 
     static func refundQueries(_ fake: FakeAppStore) -> [FakeAppStore.HistoryQuery] { fake.historyQueries.filter { $0.type == "REFUND" } }
 
+    /// Apple's 2025 changes: a REVOKE (Family Sharing ended, `revocationType` FAMILY_REVOKE) is asked for and revokes in
+    /// minutes; a REFUND with REFUND_PRORATED revokes too and records its percentage; a reversal clears both columns.
+    @Test func revokeWithFamilyRevoke_andProratedRefund_revoke_andRecordTypeAndPercentage() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            try await R.insert(rig.db, id: "family", transaction: "7610000001")
+            try await R.insert(rig.db, id: "prorated", transaction: "7610000002")
+            rig.production.record("REVOKE", signedPayload: try pki.signedNotification(type: "REVOKE", transaction: try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "7610000001", original: "7610000001", revocationDate: 1_770_000_000_000, revocationReason: 0,
+                                 revocationType: "FAMILY_REVOKE", ownership: "FAMILY_SHARED"))))
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(type: "REFUND", transaction: try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "7610000002", original: "7610000002", revocationDate: 1_770_000_100_000, revocationReason: 1,
+                                 revocationType: "REFUND_PRORATED", revocationPercentage: 40_000))))
+            let summary = try await #require(rig.rechecker.history).pollOnce()
+            #expect(summary.verdicts == ["revoked": 2])
+            #expect(rig.metrics.value("appstore_notifications_total", labels: ["type": "REVOKE", "verdict": "revoked"]) == 1)
+            #expect(rig.production.historyQueries.contains { $0.type == "REVOKE" })
+            func kind(_ id: String) async throws -> String {
+                let row = try await rig.db.query(#"""
+                    SELECT status, "revocationReason", "revocationType", "revocationPercentage" FROM "CaregiverEntitlement" WHERE id = \#(id)
+                    """#)[0]
+                return [try row["status"].string(), row["revocationReason"].optionalString() ?? "-", row["revocationType"].optionalString() ?? "-",
+                        try row["revocationPercentage"].optionalInt().map(String.init) ?? "-"].joined(separator: " ")
+            }
+            #expect(try await kind("family") == "REVOKED 0 FAMILY_REVOKE -")
+            #expect(try await kind("prorated") == "REVOKED 1 REFUND_PRORATED 40000")
+            #expect(try await R.row(rig.db, "family").revokedAtMillis == 1_770_000_000_000)
+
+            // Apple reverses the prorated refund: the row comes back and the revocation's columns are cleared.
+            rig.production.record("REFUND_REVERSED", signedPayload: try pki.signedNotification(type: "REFUND_REVERSED", transaction: try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "7610000002", original: "7610000002"))))
+            _ = try await #require(rig.rechecker.history).pollOnce()
+            #expect(try await kind("prorated") == "ACTIVE - - -")
+            #expect(try await kind("family") == "REVOKED 0 FAMILY_REVOKE -")
+        }
+    }
+
     @Test func refundsAcrossTwoPages_revoke_andTheCheckpointSurvivesARestart() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try Self.historyRig(conninfo)
@@ -51,8 +90,8 @@ struct NotificationHistoryTests {
             #expect(refunds.count == 2 && refunds[0].paginationToken == nil && refunds[1].paginationToken != nil)
             #expect(refunds[1].startMillis == refunds[0].startMillis && refunds[1].endMillis == refunds[0].endMillis)
             // Both types, both environments, each from its own base URL; Apple's 180 / 30 days respected (the fake checks).
-            #expect(Set(rig.production.historyQueries.compactMap(\.type)) == ["REFUND", "REFUND_REVERSED"])
-            #expect(Set(rig.sandbox.historyQueries.compactMap(\.type)) == ["REFUND", "REFUND_REVERSED"])
+            #expect(Set(rig.production.historyQueries.compactMap(\.type)) == ["REFUND", "REVOKE", "REFUND_REVERSED"])
+            #expect(Set(rig.sandbox.historyQueries.compactMap(\.type)) == ["REFUND", "REVOKE", "REFUND_REVERSED"])
             #expect(rig.production.requests.isEmpty)  // no per-transaction lookup was needed
 
             // A restarted worker starts from the stored checkpoint (the last window's end less the overlap), not from scratch.
