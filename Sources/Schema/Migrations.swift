@@ -272,5 +272,12 @@ public enum Migrations {
             ConcurrentIndex("PushDeviceDisabled_unwitnessed_idx",
                             on: #""PushDeviceDisabled" ("disabledAt") WHERE NOT witnessed AND "restoredAt" IS NULL"#),
         ]),
+        // Instances that start together share the FCM budget (SPEC §3 "FCM's project quota"): each records the share it
+        // took, and a newcomer takes only what the others' recorded shares leave until they have seen it.
+        Migration(version: 10, name: "live instances record their share of the FCM send budget", statements: [
+            """
+            ALTER TABLE "_medication_worker_instances" ADD COLUMN IF NOT EXISTS "sendShare" double precision
+            """,
+        ]),
     ]
 }
