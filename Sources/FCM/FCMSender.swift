@@ -12,8 +12,8 @@ public struct FCMConfiguration: Sendable {
     /// `https://fcm.googleapis.com` in production; the emulator's URL in tests.
     public var baseURL: String
     public var http: HTTPClientConfiguration
-    /// This instance's sends per second at start (its share of `FCM_MAX_SENDS_PER_SECOND`; nil: no cap); the
-    /// live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
+    /// This instance's sends per second at start (its share of `FCM_MAX_SENDS_PER_SECOND`; nil: no cap; 0: every send
+    /// held until a share is given); the live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
     public var maxSendsPerSecond: Double?
     /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s.
     /// Shorter only in tests.
@@ -129,8 +129,8 @@ public final class FCMSender: PushSender {
         witness.giveBack(apply: carryOut)
     }
 
-    /// This instance's share of the project's FCM budget, in sends per second (nil: no cap); the cap applies from
-    /// now on (docs/operations.md, "FCM's project quota").
+    /// This instance's share of the project's FCM budget, in sends per second (nil: no cap; 0: hold every send); the
+    /// cap applies from now on (docs/operations.md, "FCM's project quota").
     public func setSendBudget(perSecond: Double?) { gate.setBudget(perSecond) }
 
     /// The sends per second this instance allows itself now (nil: no cap): its budget share, or less after FCM's

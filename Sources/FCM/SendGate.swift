@@ -68,7 +68,7 @@ final class SendGate: Sendable {
         self.paused = paused
         probes = metrics.counter("fcm_probes_total", help: "Single requests sent to learn whether FCM recovered from a pause.")
         rateLimit = metrics.gauge("fcm_send_rate_limit",
-                                  help: "The sends per second this instance allows itself (its share of FCM_MAX_SENDS_PER_SECOND, lower after FCM's project quota was hit); 0: no cap.")
+                                  help: "The sends per second this instance allows itself (its share of FCM_MAX_SENDS_PER_SECOND, lower after FCM's project quota was hit); 0: no cap, or, with a budget, none of it free for this instance yet.")
         quotaExceeded = metrics.counter("fcm_quota_exceeded_total", help: "FCM answers of 429 QUOTA_EXCEEDED for the project's quota (not one device's).")
         rateWaits = metrics.counter("fcm_send_rate_waits_total", help: "Sends that waited for the send-rate cap before leaving.")
         var faults: [FCMFault: Counter] = [:]

@@ -7,24 +7,30 @@ extension Duration {
 }
 
 /// A token bucket: `rate` tokens a second, at most `burst` kept. A value; its owner (`SendGateStateMachine`) serialises it and
-/// holds a send whose `take` answered a wait.
+/// holds a send whose `take` answered a wait. A rate of 0 holds every send (an instance with no share of the budget
+/// yet) until the rate is raised.
 package struct TokenBucket: Sendable, Equatable {
-    /// Tokens added per second (> 0).
+    /// Tokens added per second (0, or at least `minimumRate`).
     package private(set) var rate: Double
     /// The most tokens kept, so the most sends that leave at once after a quiet spell (≥ 1).
     package private(set) var burst: Double
     package private(set) var tokens: Double
-    /// When `tokens` was last brought up to date (nil: never used; the bucket starts full).
+    /// When `tokens` was last brought up to date (nil: never used; the bucket starts full, or empty at rate 0).
     private var updated: ContinuousClock.Instant?
 
     package init(rate: Double, burst: Double) {
-        self.rate = max(rate, Self.minimumRate)
+        self.rate = Self.clamped(rate)
         self.burst = max(1, burst)
-        tokens = self.burst
+        tokens = self.rate > 0 ? self.burst : 0
     }
 
-    /// The slowest rate a bucket runs at (one send every 100 s): a rate of zero would hold sends for ever.
+    /// The slowest rate a bucket runs at other than 0 (one send every 100 s).
     package static let minimumRate = 0.01
+    /// How often a held bucket (rate 0) is asked again; raising the rate releases the line at once anyway.
+    package static let heldRecheck = Duration.seconds(1)
+
+    /// `rate` as a bucket runs it: 0 holds, anything else is at least `minimumRate`.
+    package static func clamped(_ rate: Double) -> Double { rate > 0 ? max(rate, minimumRate) : 0 }
 
     /// The burst that goes with a rate: 10 ms of sends, at least 1 and at most 20 (FCM's quota is per minute; a
     /// proxy that enforces it per second tolerates a small burst, and nginx's `burst=100` tolerates several
@@ -38,15 +44,17 @@ package struct TokenBucket: Sendable, Equatable {
             tokens -= 1
             return nil
         }
+        guard rate > 0 else { return Self.heldRecheck }
         return .fractionalSeconds((1 - tokens) / rate)
     }
 
-    /// A new rate (and burst) from `now` on; the tokens already earned are kept, up to the new burst.
+    /// A new rate (and burst) from `now` on; the tokens already earned are kept, up to the new burst (none at rate 0:
+    /// the share they were earned under is given up).
     package mutating func setRate(_ rate: Double, burst: Double, now: ContinuousClock.Instant) {
         refill(now)
-        self.rate = max(rate, Self.minimumRate)
+        self.rate = Self.clamped(rate)
         self.burst = max(1, burst)
-        tokens = min(tokens, self.burst)
+        tokens = self.rate > 0 ? min(tokens, self.burst) : 0
     }
 
     private mutating func refill(_ now: ContinuousClock.Instant) {
@@ -129,7 +137,7 @@ package struct SendRateLimit: Sendable, Equatable {
     /// Climbing starts from here (nil while paused: it starts when sending resumes).
     private var climbedAt: ContinuousClock.Instant?
 
-    package init(budget: Double? = nil) { self.budget = budget }
+    package init(budget: Double? = nil) { self.budget = budget.map(TokenBucket.clamped) }
 
     /// The sends per second allowed now; nil: no cap.
     package var cap: Double? {
@@ -169,9 +177,9 @@ package struct SendRateLimit: Sendable, Equatable {
         return raised >= hitRate * lift ? nil : raised
     }
 
-    /// The instance's share of the budget changed (nil: no budget).
+    /// The instance's share of the budget changed (nil: no budget; 0: none of it free yet, every send held).
     package mutating func setBudget(_ budget: Double?) {
-        self.budget = budget.map { max($0, TokenBucket.minimumRate) }
+        self.budget = budget.map(TokenBucket.clamped)
         if let budget = self.budget, let adaptive, adaptive >= budget { self.adaptive = nil }
     }
 

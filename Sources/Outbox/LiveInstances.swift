@@ -53,6 +53,23 @@ public struct LiveInstances: Sendable {
         #"DELETE FROM "_medication_worker_instances" WHERE id = \#(id)::uuid"#
     }
 
+    /// Serialises heartbeats that share a budget (transaction-scoped, so pooler-safe; `status`'s reads are not blocked):
+    /// each one reads the shares that every heartbeat before it wrote.
+    static let lockQuery: PostgresQuery = #"LOCK TABLE "_medication_worker_instances" IN SHARE ROW EXCLUSIVE MODE"#
+
+    /// The live instances' shares of the budget (NULL: none written, an instance without a budget or of an older version).
+    static func sharesQuery(liveWithin: Duration) -> PostgresQuery {
+        """
+        SELECT id::text AS id, "sendShare" AS share FROM "_medication_worker_instances"
+        WHERE "heartbeatAt" > now() - make_interval(secs => \(liveWithin.asSeconds)::double precision)
+        """
+    }
+
+    /// Records the share of the budget instance `id` may send at until its next heartbeat.
+    static func setShareQuery(id: String, share: Double) -> PostgresQuery {
+        #"UPDATE "_medication_worker_instances" SET "sendShare" = \#(share) WHERE id = \#(id)::uuid"#
+    }
+
     /// The instances heard from within `liveWithin`, oldest first.
     static func listQuery(liveWithin: Duration) -> PostgresQuery {
         """
@@ -63,14 +80,46 @@ public struct LiveInstances: Sendable {
         """
     }
 
-    /// Registers or renews this instance's row, forgets long-gone ones; returns how many instances are live.
+    /// What a heartbeat learned.
+    public struct Heartbeat: Sendable, Equatable {
+        /// The live instances, this one included.
+        public var live: Int
+        /// This instance's sends per second until its next heartbeat (nil: no budget).
+        public var share: Double?
+        /// The share is below an even split: instances that have not yet seen this one still hold the rest.
+        public var waiting: Bool
+    }
+
+    /// This instance's share of `budget`: an even split among the `live` instances, but never more than the others'
+    /// recorded shares (`othersHold`) leave, since an instance that has not heartbeaten since this one registered still
+    /// sends at the share it took without it. The shares recorded never add up to more than the budget.
+    public static func share(of budget: Double, live: Int, othersHold: Double) -> Double {
+        max(0, min(budget / Double(max(1, live)), budget - othersHold))
+    }
+
+    /// Registers or renews this instance's row and forgets long-gone ones. With a `budget` (the project's sends per
+    /// second) it also takes this instance's share, serialised with the other instances' heartbeats and recorded in its
+    /// row; a lower share is handed to `lowering` before it is committed (nobody may count on it before this
+    /// instance slows down), a higher one is the caller's to apply once this returns.
     @discardableResult
-    public func heartbeat(version: String) async throws -> Int {
+    public func heartbeat(version: String, budget: Double? = nil,
+                          lowering: @escaping @Sendable (Double) -> Void = { _ in }) async throws -> Heartbeat {
         let id = self.id
         return try await client.withTransaction { connection in
+            if budget != nil { try connection.query(Self.lockQuery) }
             try connection.query(Self.heartbeatQuery(id: id, host: Self.hostName, pid: Int(getpid()), version: version))
             try connection.query(Self.forgetQuery(after: Self.forgetAfter))
-            return try Self.list(connection).count
+            let rows = try connection.query(Self.sharesQuery(liveWithin: Self.liveWithin))
+            let shares = try rows.map { row in (id: try row["id"].string(), share: row["share"].isNull ? nil : try row["share"].double()) }
+            guard let budget else { return Heartbeat(live: shares.count, share: nil, waiting: false) }
+            let even = budget / Double(max(1, shares.count))
+            // An instance that recorded no share is counted at an even split.
+            let othersHold = shares.filter { $0.id != id }.reduce(0) { $0 + ($1.share ?? even) }
+            let share = Self.share(of: budget, live: shares.count, othersHold: othersHold)
+            if let previous = shares.first(where: { $0.id == id })?.share, share < previous { lowering(share) }
+            try connection.query(Self.setShareQuery(id: id, share: share))
+            // (Within rounding: shares that add up to the budget leave the last one a hair below its split.)
+            return Heartbeat(live: shares.count, share: share, waiting: share < even * (1 - 1e-9))
         }
     }
 

@@ -282,5 +282,12 @@ public enum Migrations {
             ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "revocationPercentage" integer
             """,
         ]),
+        // Instances that start together share the FCM budget (SPEC §3 "FCM's project quota"): each records the share it
+        // took, and a newcomer takes only what the others' recorded shares leave until they have seen it.
+        Migration(version: 11, name: "live instances record their share of the FCM send budget", statements: [
+            """
+            ALTER TABLE "_medication_worker_instances" ADD COLUMN IF NOT EXISTS "sendShare" double precision
+            """,
+        ]),
     ]
 }

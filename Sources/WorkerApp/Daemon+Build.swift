@@ -58,7 +58,9 @@ extension Daemon {
                             metrics: metrics, logger: logger),
             Watchdog(liveness: liveness, notifier: notifier, logger: logger),
             InstanceHeartbeat(instances: LiveInstances(client: pools.maintenance), logger: logger,
-                              onLive: budgetShare(configuration, sender: sender, logger: logger)),
+                              share: configuration.fcmMaxSendsPerSecond.map {
+                                  SendBudgetShare(budget: $0, sender: sender, logger: logger.child(label: "fcm"))
+                              }),
             appStore?.rechecker,
             appStore?.poller,
         ]
@@ -71,14 +73,15 @@ extension Daemon {
                       notifier: notifier, pools: pools, appStore: appStore, services: services)
     }
 
-    /// The FCM sender, reporting its health (paused, credentials failing) to `/readyz`. The whole budget until the first
-    /// heartbeat (at start) tells how many instances share it.
+    /// The FCM sender, reporting its health (paused, credentials failing) to `/readyz`. With a budget, every send is held
+    /// until the first heartbeat has taken this instance's share of it (instances that start together must not each
+    /// take the whole budget before they see each other).
     /// A disabling answer no 200 witnessed is checked with a dry run to `knownGood`'s tokens.
     private static func fcmSender(_ startup: StartupConfiguration, http: HTTPClientConfiguration, health: HealthState,
                                   knownGood: KnownGoodTokens, logger: Logger, metrics: MetricsRegistry) throws -> FCMSender {
         let configuration = startup.configuration
         let fcm = FCMConfiguration(serviceAccount: startup.serviceAccount, baseURL: configuration.fcmBaseURL, http: http,
-                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map(Double.init),
+                                   maxSendsPerSecond: configuration.fcmMaxSendsPerSecond.map { _ in 0 },
                                    knownGoodTokens: { suspects in
                                        await knownGood.newest(excluding: suspects).map { found in
                                            WitnessCandidates(tokens: found.tokens,
@@ -110,13 +113,6 @@ extension Daemon {
         engine.maxAttempts = configuration.maxAttempts
         engine.eventMaxAge = configuration.eventMaxAge
         return engine
-    }
-
-    /// Splits `FCM_MAX_SENDS_PER_SECOND` among the live instances at every heartbeat (nothing to split without it).
-    private static func budgetShare(_ configuration: Configuration, sender: FCMSender, logger: Logger) -> @Sendable (Int) -> Void {
-        guard let budget = configuration.fcmMaxSendsPerSecond else { return { _ in } }
-        let share = SendBudgetShare(budget: budget, sender: sender, logger: logger.child(label: "fcm"))
-        return { live in share.live(live) }
     }
 
     /// LISTEN needs a session of its own: a transaction pooler cannot deliver notifications, so an operator

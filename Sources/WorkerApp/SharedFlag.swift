@@ -7,4 +7,7 @@ final class SharedFlag: Sendable {
     /// Sets the flag; returns what it was.
     @discardableResult
     func set(_ new: Bool) -> Bool { value.withLock { old in defer { old = new }; return old } }
+
+    /// The flag's value.
+    var isSet: Bool { value.withLock { $0 } }
 }

@@ -15,10 +15,12 @@ struct HTTP2Tests {
     /// `tokenEndpoint`: where access tokens come from (default: nginx itself, over HTTP/2).
     static func rig(keepaliveRequests: Int = 1_000_000, maxInFlight: Int = 100, tokenEndpoint: String? = nil,
                     keys: (privatePEM: String, publicPEM: String)? = nil, tlsProtocols: String = "TLSv1.2",
-                    sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry()) async throws -> (Nginx, FCMSender, String) {
+                    sessionTickets: Bool = true, metrics: MetricsRegistry = MetricsRegistry(),
+                    upstreamPort: UInt16? = nil) async throws -> (Nginx, FCMSender, String) {
         let fixtures = TLSFixtures.shared
         let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: FreePort.next(),
-                              keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets)
+                              keepaliveRequests: keepaliveRequests, tlsProtocols: tlsProtocols, sessionTickets: sessionTickets,
+                              upstreamPort: upstreamPort)
         let keys = try keys ?? fixtures.rsaKeyPair()
         let base = "https://127.0.0.1:\(nginx.port)"
         let account = try ServiceAccount.load(path: try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM,
@@ -206,5 +208,87 @@ struct HTTP2Tests {
         #expect(emulator.stats.tokensIssued == 1)
         // One connection to the token endpoint, at most 4 to nginx.
         #expect(sender.http.connectionsOpened <= 5, "\(sender.http.connectionsOpened) connections")
+    }
+
+    /// Requests held at nginx's upstream until `target` of them are held at once (or `deadline` passes), by the client
+    /// connection nginx received each on (its `$connection`, passed on as `X-Connection`): how many streams each
+    /// connection carried at once.
+    /// `@unchecked Sendable`: `state` is read and written only under `condition`'s lock.
+    final class HeldAnswers: @unchecked Sendable {
+        struct State {
+            var held = 0
+            var released = false
+            var open: [String: Int] = [:]
+            var peak: [String: Int] = [:]
+            var peakHeld = 0
+        }
+
+        let target: Int
+        let deadline: Date
+        private let condition = NSCondition()
+        private var state = State()
+
+        init(target: Int, deadline: Duration) {
+            self.target = target
+            self.deadline = Date().addingTimeInterval(Double(deadline.components.seconds))
+        }
+
+        /// The upstream's handler (libmicrohttpd's thread per connection: it may block).
+        func answer(_ request: HTTPServerRequest) -> HTTPServerResponse {
+            let connection = request.headers["x-connection"] ?? "?"
+            condition.lock()
+            state.held += 1
+            state.open[connection, default: 0] += 1
+            state.peak[connection] = max(state.peak[connection] ?? 0, state.open[connection]!)
+            state.peakHeld = max(state.peakHeld, state.held)
+            if state.held >= target { state.released = true }
+            condition.broadcast()
+            while !state.released, condition.wait(until: deadline) {}
+            state.released = true
+            state.held -= 1
+            state.open[connection, default: 0] -= 1
+            condition.unlock()
+            return .json(200, #"{"name":"projects/bench-project/messages/0:1"}"#)
+        }
+
+        var snapshot: State {
+            condition.lock()
+            defer { condition.unlock() }
+            return state
+        }
+    }
+
+    /// FCM allows 100 concurrent streams per HTTP/2 connection (SPEC §3): with 250 sends held on the wire at once, the
+    /// client spreads them over at least 3 connections, none carrying more than 100 at a time, though nginx would
+    /// allow 128 (`http2_max_concurrent_streams`), and opens no more than multiplexing needs.
+    @Test(.enabled(if: Nginx.binary != nil, "nginx is not installed"))
+    func twoHundredFiftyHeldOnTheWire_atMostHundredStreamsPerConnection_threeConnections() async throws {
+        let held = HeldAnswers(target: 250, deadline: .seconds(30))
+        let upstream = try HTTPServer { held.answer($0) }
+        defer { upstream.stop() }
+        let (nginx, sender, base) = try await Self.rig(maxInFlight: 250, upstreamPort: upstream.port)
+        defer { nginx.stop(); sender.shutdown() }
+        // The access token, and the server's HTTP/2 learnt (before that, one connection's streams at most go to it).
+        guard case .sent = await sender.send(DoseTakenPush(token: "warm-up", eventKey: "doseTaken:w", patientId: "p1", displayName: "名前",
+                                                           date: "2026-02-11", slot: "noon", recordingGroupId: "w", withinTime: true)) else {
+            Issue.record("warm-up not sent")
+            return
+        }
+        let statuses = await withTaskGroup(of: Int.self, returning: [Int].self) { group in
+            for _ in 0..<250 {
+                group.addTask {
+                    let request = HTTPRequest(method: "POST", url: base + "/held/v1/projects/p/messages:send", body: Array("{}".utf8))
+                    return (try? await sender.http.execute(request).status) ?? 0
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(statuses.count == 250 && statuses.allSatisfy { $0 == 200 }, "\(statuses.filter { $0 != 200 }.count) not answered 200")
+        let state = held.snapshot
+        #expect(state.peakHeld == 250, "at most \(state.peakHeld) on the wire at once")
+        #expect(state.peak.count >= 3, "streams per connection at their peak: \(state.peak)")
+        #expect(state.peak.values.allSatisfy { $0 <= 100 }, "streams per connection at their peak: \(state.peak)")
+        #expect(sender.http.connectionsOpened <= sender.http.configuration.multiplexedHostConnections,
+                "\(sender.http.connectionsOpened) connections")
     }
 }

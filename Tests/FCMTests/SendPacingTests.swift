@@ -40,7 +40,20 @@ struct SendPacingTests {
         #expect(bucket.tokens < 1)
         let later = bucket.take(now: Self.at(20))
         #expect(later == nil)
-        #expect(TokenBucket(rate: 0, burst: 0).rate == TokenBucket.minimumRate)
+        #expect(TokenBucket(rate: 0.001, burst: 0).rate == TokenBucket.minimumRate)
+    }
+
+    /// A rate of 0 holds (an instance with no share of the budget yet): the bucket starts empty and answers every take
+    /// with a wait until the rate is raised; lowered to 0, it gives up the tokens it earned.
+    @Test func tokenBucket_zeroHolds() {
+        var bucket = TokenBucket(rate: 0, burst: 1)
+        #expect(bucket.rate == 0)
+        #expect(bucket.take(now: Self.at(0)) == TokenBucket.heldRecheck)
+        #expect(bucket.take(now: Self.at(60_000)) == TokenBucket.heldRecheck)
+        bucket.setRate(10, burst: 1, now: Self.at(60_000))
+        #expect(bucket.take(now: Self.at(60_100)) == nil)
+        bucket.setRate(0, burst: 1, now: Self.at(70_000))
+        #expect(bucket.take(now: Self.at(70_000)) == TokenBucket.heldRecheck)
     }
 
     @Test(arguments: [(1.0, 1.0), (20.0, 1.0), (500.0, 5.0), (950.0, 9.5), (1900.0, 19.0), (100_000.0, 20.0)])

@@ -60,6 +60,23 @@ struct SendRateTests {
         #expect(record.runs == 4)
     }
 
+    /// A budget share of 0 (an instance whose share others still hold) holds every send, none lost; a share lets them
+    /// out in order.
+    @Test func gate_zeroBudget_holdsEverySendUntilAShareComes() async throws {
+        let metrics = MetricsRegistry()
+        let gate = Self.gate(budget: 0, metrics: metrics)
+        let record = Record()
+        for _ in 0..<3 { gate.submit(record.held()) }
+        #expect(record.runs == 0)
+        #expect(metrics.value("fcm_send_rate_waits_total") == 3)
+        gate.setBudget(1000)
+        try await eventually("three sends ran") { record.runs == 3 }
+        #expect(record.ran.all == [1, 2, 3])
+        gate.setBudget(0)
+        gate.submit(record.held())
+        #expect(record.runs == 3)
+    }
+
     /// The project's QUOTA_EXCEEDED that opens a pause lowers the cap below the measured rate and pauses at least as
     /// long as asked; a quota 429 answering a send that left before the pause is counted and changes nothing more.
     @Test func gate_quotaFault_lowersTheCap_andPausesAtLeastTheMinimum() throws {

@@ -200,7 +200,7 @@ struct OutboxCommandTests {
             _ = try rig.event(status: "DEAD", hoursAgo: 1)
             _ = try rig.event(status: "PENDING", hoursAgo: 0.1)
             let instances = LiveInstances(client: PostgresClient(conninfo: conninfo))
-            #expect(try await instances.heartbeat(version: "9.9.9") == 1)
+            #expect(try await instances.heartbeat(version: "9.9.9").live == 1)
             // A row whose heartbeat stopped long ago is not live.
             try rig.connection.query("""
                 INSERT INTO "_medication_worker_instances" (id, host, pid, version, "heartbeatAt")

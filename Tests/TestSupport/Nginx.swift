@@ -14,8 +14,10 @@ public final class Nginx: Sendable {
     /// `keepaliveRequests`: requests per connection before nginx sends GOAWAY (connection turnover).
     /// `tlsProtocols`: nginx's `ssl_protocols` (Debian 12's nginx speaks TLSv1 to TLSv1.2 unless told);
     /// `sessionTickets`: nginx's `ssl_session_tickets` (without them and without a session cache, nothing resumes).
+    /// `upstreamPort`: a loopback HTTP/1.1 server that answers `/held/…`, told nginx's client connection of each request
+    /// (`X-Connection`).
     public init(certificatePEM: String, keyPEM: String, port: UInt16, keepaliveRequests: Int = 1_000_000,
-                tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) async throws {
+                tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true, upstreamPort: UInt16? = nil) async throws {
         guard let binary = Self.binary else { throw TestSupportError("nginx is not installed") }
         self.port = port
         directory = NSTemporaryDirectory() + "mw-nginx-\(UUID().uuidString.prefix(8))"
@@ -23,7 +25,7 @@ public final class Nginx: Sendable {
         try certificatePEM.write(toFile: "\(directory)/server.pem", atomically: true, encoding: .utf8)
         try keyPEM.write(toFile: "\(directory)/server.key", atomically: true, encoding: .utf8)
         try Self.configuration(port: port, directory: directory, keepaliveRequests: keepaliveRequests,
-                               tlsProtocols: tlsProtocols, sessionTickets: sessionTickets).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
+                               tlsProtocols: tlsProtocols, sessionTickets: sessionTickets, upstreamPort: upstreamPort).write(toFile: "\(directory)/nginx.conf", atomically: true, encoding: .utf8)
         try await Self.launch(process, binary: binary, arguments: ["-p", directory, "-c", "\(directory)/nginx.conf", "-g", "daemon off;"],
                         port: port, failure: "nginx did not start; see \(directory)/logs/error.log")
     }
@@ -76,8 +78,16 @@ public final class Nginx: Sendable {
 
     /// FCM's success body for sends, a static OAuth answer for /token; every answered request logged.
     public static func configuration(port: UInt16, directory: String, keepaliveRequests: Int = 1_000_000,
-                                     tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true) -> String {
-        """
+                                     tlsProtocols: String = "TLSv1.2", sessionTickets: Bool = true, upstreamPort: UInt16? = nil) -> String {
+        let held = upstreamPort.map { upstream in
+            """
+            location /held/ {
+                        proxy_pass http://127.0.0.1:\(upstream);
+                        proxy_set_header X-Connection $connection;
+                    }
+            """
+        } ?? ""
+        return """
         worker_processes 1;
         pid \(directory)/nginx.pid;
         error_log \(directory)/logs/error.log warn;
@@ -108,6 +118,7 @@ public final class Nginx: Sendable {
                 location /read-body/ {
                     proxy_pass http://unix:\(directory)/answer.sock:/;
                 }
+                \(held)
                 location / {
                     default_type application/json;
                     return 200 '{"name":"projects/bench-project/messages/0:1700000000000000%31337"}';

@@ -23,12 +23,20 @@ struct DaemonTests {
         private let exit: ProcessExit
 
         /// `openFileLimit`: the daemon's RLIMIT_NOFILE (soft and hard), as a unit's `LimitNOFILE=` would set it.
-        init(databaseURL: String, extra: [String: String] = [:], openFileLimit: Int? = nil) throws {
+        /// `sharing`: an emulator another daemon uses too, and the service account's key it accepts (default: one of
+        /// its own).
+        init(databaseURL: String, extra: [String: String] = [:], openFileLimit: Int? = nil,
+             sharing: (emulator: FCMEmulator, privateKeyPEM: String)? = nil) throws {
             let fixtures = TLSFixtures.shared
-            let keys = try fixtures.rsaKeyPair()
-            serviceAccountPEM = keys.privatePEM
-            emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
-            let account = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
+            if let sharing {
+                serviceAccountPEM = sharing.privateKeyPEM
+                emulator = sharing.emulator
+            } else {
+                let keys = try fixtures.rsaKeyPair()
+                serviceAccountPEM = keys.privatePEM
+                emulator = try FCMEmulator(configuration: fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM))
+            }
+            let account = try fixtures.serviceAccountFile(privateKeyPEM: serviceAccountPEM, tokenURI: emulator.tokenURI)
             notify = try NotifySocket()
             let probe = try HTTPServer { _ in .text(200, "") }
             healthPort = probe.port
