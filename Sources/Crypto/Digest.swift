@@ -11,14 +11,18 @@ public enum Digest {
     }
 
     /// Lower-case hex of bytes.
+    /// (Once per FCM message: written as bytes into one buffer, not appended as Characters.)
     public static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef")
-        var text = ""
-        text.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0F)])
+        String(unsafeUninitializedCapacity: bytes.count * 2) { buffer in
+            for (index, byte) in bytes.enumerated() {
+                buffer[2 * index] = hexDigit(byte >> 4)
+                buffer[2 * index + 1] = hexDigit(byte & 0x0F)
+            }
+            return bytes.count * 2
         }
-        return text
+    }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 + nibble : 0x57 + nibble
     }
 }

@@ -38,7 +38,7 @@ package struct DisableWitness<Waiter> {
     package mutating func accepted(token: String, at now: ContinuousClock.Instant) -> [Waiter] {
         lastAccepted = (now, token)
         fault = nil
-        return drain()
+        return waiting.isEmpty ? [] : drain()
     }
 
     /// A disabling answer for `token`, to a send that began at `started`.

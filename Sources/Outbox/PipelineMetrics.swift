@@ -15,6 +15,8 @@ struct PipelineMetrics: Sendable {
     private let processed: [OutboxStatus: Counter]
     /// `push_outcomes_unwritten`: answered sends whose outcome is not yet written (at most `MAX_IN_FLIGHT`).
     let unwritten: Gauge
+    /// `push_send_window`: the sends that may be on the wire now, from FCM's answer time (`SendWindow`).
+    let window: Gauge
     /// `push_completer_flush_seconds`: one completer transaction, from its start to its commit.
     private let flushDuration: Histogram
     /// `push_delivery_latency_seconds`: the outbox row's `"createdAt"` to FCM's 200, one observation per SENT delivery.
@@ -33,6 +35,8 @@ struct PipelineMetrics: Sendable {
         self.processed = processed
         unwritten = registry.gauge("push_outcomes_unwritten",
                                    help: "Sends FCM answered whose outcome is not yet written to the database (with the sends in flight, at most MAX_IN_FLIGHT).")
+        window = registry.gauge("push_send_window",
+                                help: "Sends that may be on the wire now: up to MAX_IN_FLIGHT / 2, smaller while FCM's answers come slower than its fastest recent answer time allows.")
         flushDuration = registry.histogram("push_completer_flush_seconds",
                                            help: "Time to write one batch of delivery outcomes and settlements (one transaction).",
                                            buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])

@@ -22,7 +22,7 @@ struct EngineStateMachineTests {
         let (id, actions) = machine.open(events: [event], eventKey: key, deliveries: deliveries)
         #expect(actions.isEmpty == (devices > 0))
         let sends = deliveries.map { delivery in
-            PendingSend(group: id, outboxId: "\(eventId)", delivery: delivery, push: DoseTakenPush(
+            PendingSend(group: id, outboxIds: [eventId], delivery: delivery, push: DoseTakenPush(
                 token: delivery.token, eventKey: key, patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning",
                 recordingGroupId: "g", withinTime: true))
         }
@@ -443,7 +443,7 @@ struct EngineStateMachineTests {
         let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", patientId: "p", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
                                                        lease: event.lease) }
         let (id, _) = machine.open(events: [event], eventKey: "k", deliveries: deliveries, leaseDeadline: start + lease)
-        let sends = deliveries.map { PendingSend(group: id, outboxId: "1", delivery: $0, push: DoseTakenPush(
+        let sends = deliveries.map { PendingSend(group: id, outboxIds: [1], delivery: $0, push: DoseTakenPush(
             token: $0.token, eventKey: "k", patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning", recordingGroupId: "g", withinTime: true)) }
         _ = machine.enqueue(sends)
         // Early: the first send starts.
@@ -472,7 +472,7 @@ struct EngineStateMachineTests {
                                  displayName: "n", lease: sends[0].delivery.lease)
         let (id, _) = machine.open(events: [event], eventKey: sends[0].delivery.eventKey, deliveries: sends.map(\.delivery),
                                    leaseDeadline: start + lease)
-        _ = machine.enqueue(sends.map { PendingSend(group: id, outboxId: "1", delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
+        _ = machine.enqueue(sends.map { PendingSend(group: id, outboxIds: [1], delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
         // Renewed at start + 3 s (confirmed by the database): the lease now lapses at start + 9 s.
         machine.renewed(events: [.init(id: "1", lease: event.lease)], deadline: start + .seconds(3) + lease)
         #expect(Self.kinds(machine.next(now: start + .seconds(5), margin: lease / 3)) == ["send"])

@@ -93,7 +93,7 @@ public final class DeliveryEngine: Service {
                                claimerWake: wake)
         let machine = Self.machine(for: configuration)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
-                                unwrittenGauge: metrics.unwritten, onProgress: onProgress)
+                                unwrittenGauge: metrics.unwritten, windowGauge: metrics.window, onProgress: onProgress)
         let claimer = Claimer(store: store, configuration: configuration, metrics: metrics, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, engine: engine, turn: turn, configuration: configuration, logger: logger)
         // The heartbeat keeps leases until the writer has written the last outcome, so it stops after the writer.

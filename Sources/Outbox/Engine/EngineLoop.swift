@@ -24,7 +24,8 @@ actor EngineLoop {
     }
 
     private struct Mailbox {
-        var answers: [(PendingSend, SendOutcome)] = []
+        /// Each answer with how long after its send started it came.
+        var answers: [(PendingSend, SendOutcome, Duration)] = []
         /// A drain of the mailbox is queued on the loop.
         var scheduled = false
     }
@@ -39,6 +40,9 @@ actor EngineLoop {
     /// No send starts within this of its lease lapsing (a third of `LEASE_SECONDS`).
     private let margin: Duration
     private let unwrittenGauge: Gauge?
+    /// The window on the wire, from FCM's answer time; `windowGauge` shows it (`push_send_window`).
+    private var window: SendWindow
+    private let windowGauge: Gauge?
     private let onProgress: @Sendable () -> Void
     private nonisolated let mailbox = Mutex(Mailbox())
 
@@ -51,9 +55,12 @@ actor EngineLoop {
     private var abandoning = false
 
     init(machine: EngineStateMachine, sender: any PushSender, writer: Completer, stop: StopSignal, margin: Duration,
-         unwrittenGauge: Gauge?, onProgress: @escaping @Sendable () -> Void) {
+         unwrittenGauge: Gauge?, windowGauge: Gauge? = nil, onProgress: @escaping @Sendable () -> Void) {
         executor = SerialQueueExecutor(label: "outbox.engine")
         self.machine = machine
+        window = SendWindow(maximum: machine.slots)
+        self.windowGauge = windowGauge
+        windowGauge?.set(Double(machine.slots))
         self.sender = sender
         self.writer = writer
         stopSignal = stop
@@ -73,19 +80,20 @@ actor EngineLoop {
                                             leaseDeadline: group.leaseDeadline)
             actions += opened
             guard !group.sends.isEmpty else { continue }
-            let outboxId = group.events.map { String($0.id) }.joined(separator: ",")
+            let outboxIds = group.events.map(\.id)
             actions += machine.enqueue(group.sends.map {
-                PendingSend(group: id, outboxId: outboxId, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt)
+                PendingSend(group: id, outboxIds: outboxIds, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt)
             })
         }
         perform(actions)
         startQueuedSends()
     }
 
-    /// FCM answered a send (any thread, possibly before `sender.start` returned): into the mailbox.
-    nonisolated func answered(_ send: PendingSend, _ outcome: SendOutcome) {
+    /// FCM answered a send `answerTime` after it started (any thread, possibly before `sender.start` returned): into
+    /// the mailbox.
+    nonisolated func answered(_ send: PendingSend, _ outcome: SendOutcome, after answerTime: Duration) {
         let schedule = mailbox.withLock { mailbox -> Bool in
-            mailbox.answers.append((send, outcome))
+            mailbox.answers.append((send, outcome, answerTime))
             defer { mailbox.scheduled = true }
             return !mailbox.scheduled
         }
@@ -165,15 +173,20 @@ actor EngineLoop {
 
     private func drainMailbox() {
         while true {
-            let answers = mailbox.withLock { mailbox -> [(PendingSend, SendOutcome)] in
+            let answers = mailbox.withLock { mailbox -> [(PendingSend, SendOutcome, Duration)] in
                 if mailbox.answers.isEmpty { mailbox.scheduled = false }
                 defer { mailbox.answers.removeAll(keepingCapacity: true) }
                 return mailbox.answers
             }
             guard !answers.isEmpty else { return }
             var actions: [EngineStateMachine.Action] = []
-            for (send, outcome) in answers {
+            let now = ContinuousClock.now
+            for (send, outcome, answerTime) in answers {
                 writer.report(send, outcome)
+                if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: machine.isWindowFull) {
+                    machine.setWindow(limit)
+                    windowGauge?.set(Double(limit))
+                }
                 actions += machine.answered(send, outcome, abandoning: abandoning)
             }
             perform(actions)
@@ -194,7 +207,8 @@ actor EngineLoop {
         guard !actions.isEmpty else { return }
         writer.accept(actions, starved: machine.isStarved)
         for case .send(let send) in actions {
-            sender.start(send.push) { [self] outcome in answered(send, outcome) }
+            let started = ContinuousClock.now
+            sender.start(send.push) { [self] outcome in answered(send, outcome, after: .now - started) }
         }
     }
 

@@ -108,6 +108,8 @@ struct EngineStateMachine: Sendable {
 
     /// Sends that may be in flight at once.
     let slots: Int
+    /// Sends that may be in flight now (at most `slots`): the window FCM's answer time allows (`SendWindow`).
+    private(set) var window: Int
     /// Sends that may be in flight or answered-unwritten at once (`MAX_IN_FLIGHT`, at least `slots`): a send's place in
     /// it frees only once its outcome is written, so this bounds the unwritten outcomes and what a `kill -9` can re-send.
     let capacity: Int
@@ -128,6 +130,7 @@ struct EngineStateMachine: Sendable {
 
     init(slots: Int, highWater: Int, capacity: Int? = nil, backoff: Backoff = Backoff()) {
         self.slots = max(1, slots)
+        window = self.slots
         self.capacity = max(self.slots, capacity ?? slots)
         self.highWater = max(self.capacity, highWater)
         self.backoff = backoff
@@ -176,7 +179,7 @@ struct EngineStateMachine: Sendable {
     /// the work over; their group may end with it). Empty when nothing is queued, no slot is free, or stopped.
     mutating func next(now: ContinuousClock.Instant = .now, margin: Duration = .zero) -> [Action] {
         var actions: [Action] = []
-        while !stopped, sending < slots, sending + unwritten < capacity, let send = popFirst() {
+        while !stopped, sending < window, sending + unwritten < capacity, let send = popFirst() {
             // Taken out while changed, so the group's dictionary is changed in place (never copied).
             guard var group = groups.removeValue(forKey: send.group) else { continue }
             // Found once by index: the delivery's id is hashed once per transition.
@@ -203,6 +206,14 @@ struct EngineStateMachine: Sendable {
         }
         return actions
     }
+
+    /// The window on the wire from now on (1 … `slots`); sends already on the wire finish.
+    mutating func setWindow(_ window: Int) {
+        self.window = min(slots, max(1, window))
+    }
+
+    /// Sends are queued behind the window (not behind the unwritten outcomes' places).
+    var isWindowFull: Bool { queued > 0 && sending >= window }
 
     /// FCM answered a send. Its outcome is to be written (the slot stays taken until then); the group ends
     /// when this was its last open delivery. `abandoning`: the stop deadline cancelled it, so its outcome is

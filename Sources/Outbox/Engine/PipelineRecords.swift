@@ -145,17 +145,21 @@ public struct DeliveryResult: Sendable {
 /// reference is one retain where a copy of its fifteen strings was fifteen.
 final class PendingSend: Sendable {
     let group: EventGroupID
-    /// How logs name the send's event: its outbox id (`1234`; `1234,1240` for two rows of one patient and key), never
-    /// its key, which can carry the patient and the dose's time.
-    let outboxId: String
+    /// How logs name the send's event: its outbox ids (one; two rows of one patient and key give two), never its key,
+    /// which can carry the patient and the dose's time. One array shared by the group's sends, formatted only when a
+    /// line is logged (`outboxId`).
+    let outboxIds: [Int64]
     let delivery: ClaimedDelivery
     let push: DoseTakenPush
     /// The event's `"createdAt"`, for `push_delivery_latency_seconds`.
     let createdAt: Date?
 
-    init(group: EventGroupID, outboxId: String, delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date? = nil) {
+    /// The outbox ids as a log value: `1234`, or `1234,1240`.
+    var outboxId: String { outboxIds.map(String.init).joined(separator: ",") }
+
+    init(group: EventGroupID, outboxIds: [Int64], delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date? = nil) {
         self.group = group
-        self.outboxId = outboxId
+        self.outboxIds = outboxIds
         self.delivery = delivery
         self.push = push
         self.createdAt = createdAt

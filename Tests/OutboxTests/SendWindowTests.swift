@@ -1,0 +1,64 @@
+@testable import Outbox
+import Testing
+
+/// The window on the wire from FCM's answer time (SPEC §3, "FCM's answer time"): no clock, every instant given.
+@Suite("Send window")
+struct SendWindowTests {
+    /// Feeds `count` answers of `answerTime`, `perSecond` a second from `start`; returns the window after each.
+    static func feed(_ window: inout SendWindow, _ count: Int, answerTime: (Int) -> Duration, perSecond: Int,
+                     from start: ContinuousClock.Instant, waiting: Bool = true) -> [Int] {
+        (0..<count).map { index in
+            _ = window.answered(after: answerTime(window.limit), at: start + .seconds(Double(index) / Double(perSecond)), waiting: waiting)
+            return window.limit
+        }
+    }
+
+    /// FCM answering in a steady 50 ms, however far away that is: the window stays as wide as it may be (500 on the
+    /// wire: 10,000/s by Little's law).
+    @Test func aSteadyAnswerTime_keepsTheWindowWide() {
+        var window = SendWindow(maximum: 500)
+        let limits = Self.feed(&window, 50_000, answerTime: { _ in .milliseconds(50) }, perSecond: 10_000, from: .now)
+        #expect(limits.allSatisfy { $0 == 500 })
+    }
+
+    /// FCM's answer time doubles mid-drain (20 ms, then 40 ms): the window shrinks, and grows back once FCM's new
+    /// distance is the baseline (the fastest answer of the last two periods) and sends are waiting.
+    @Test func anAnswerTimeThatDoubles_shrinksTheWindow_thenItRecovers() {
+        var window = SendWindow(maximum: 500)
+        let start = ContinuousClock.now
+        _ = Self.feed(&window, 20_000, answerTime: { _ in .milliseconds(20) }, perSecond: 10_000, from: start)
+        #expect(window.limit == 500)
+        let slow = Self.feed(&window, 5_000, answerTime: { _ in .milliseconds(40) }, perSecond: 5_000, from: start + .seconds(2))
+        #expect(slow.min()! < 250)
+        #expect(slow.min()! >= window.minimum)
+        // Twenty seconds later 40 ms is the fastest answer of both periods: no longer queueing, the window widens.
+        _ = Self.feed(&window, 30 * 2_000, answerTime: { _ in .milliseconds(40) }, perSecond: 2_000, from: start + .seconds(3))
+        #expect(window.limit == 500)
+    }
+
+    /// On loopback the answer time is this process's own queueing (Little's law at the CPU's limit: 13,000/s whatever
+    /// the window). The window settles where the queue adds about the tolerance to the fastest answer, about today's
+    /// 150 on the wire, instead of holding 500 sends in a queue; it never collapses.
+    @Test func onLoopback_theWindowSettlesNearWhatTheCPUNeeds() {
+        var window = SendWindow(maximum: 500)
+        let start = ContinuousClock.now
+        _ = Self.feed(&window, 200, answerTime: { _ in .microseconds(500) }, perSecond: 13_000, from: start)
+        let limits = Self.feed(&window, 400_000, answerTime: { limit in .microseconds(500) + .seconds(Double(limit) / 13_000) },
+                               perSecond: 13_000, from: start + .milliseconds(20))
+        let settled = limits.suffix(200_000)
+        #expect(settled.min()! >= 64, "\(settled.min()!)")
+        #expect(settled.max()! <= 400, "\(settled.max()!)")
+    }
+
+    /// Nothing waits for the window (a trickle): it never grows past where it is, and a quiet FCM never shrinks it.
+    @Test func withoutWaitingSends_theWindowDoesNotGrow() {
+        var window = SendWindow(maximum: 400, minimum: 16)
+        let start = ContinuousClock.now
+        _ = Self.feed(&window, 1_000, answerTime: { _ in .milliseconds(30) }, perSecond: 1_000, from: start)
+        _ = Self.feed(&window, 1_000, answerTime: { _ in .milliseconds(300) }, perSecond: 1_000, from: start + .seconds(1))
+        let shrunk = window.limit
+        #expect(shrunk < 400)
+        _ = Self.feed(&window, 1_000, answerTime: { _ in .milliseconds(30) }, perSecond: 1_000, from: start + .seconds(2), waiting: false)
+        #expect(window.limit == shrunk)
+    }
+}
