@@ -9,7 +9,9 @@ public struct Configuration: Sendable {
         public static let fcmBaseURL = "https://fcm.googleapis.com"
         public static let healthAddress = "127.0.0.1:9464"
         public static let batchSize = 100
-        public static let maxInFlight = 300
+        /// 500 on the wire: FCM's default quota (10,000/s) at a 50 ms answer time, by Little's law (the window on the
+        /// wire, `SendWindow`, takes fewer when FCM answers faster or slows down).
+        public static let maxInFlight = 1000
         public static let pollIntervalMS = 1000
         public static let leaseSeconds = 60
         public static let maxAttempts = 10
