@@ -58,15 +58,10 @@ struct DisableWitnessFleetTests {
         var instances: [Instance] = []
         defer { for instance in instances { instance.sender.shutdown() } }
         for _ in 0..<count {
-            let known = KnownGoodTokens(client: PostgresClient(conninfo: conninfo))
             let heard = Instance.Heard()
             let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                                                        http: HTTPClientConfiguration(maxInFlight: 20, caFile: fixtures.caFile),
-                                                                       knownGoodTokens: { suspects in
-            await known.newest(excluding: suspects).map {
-                WitnessCandidates(tokens: $0.tokens, unwitnessedAllowanceLeft: $0.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
-            }
-        }),
+                                                                       knownGoodTokens: knownGoodTokens(conninfo)),
                                        logger: Logger(label: "fcm", sink: heard.log), metrics: heard.metrics,
                                        onHealth: { state in heard.health.record(state) })
             instances.append(Instance(sender: sender, heard: heard))

@@ -121,6 +121,16 @@ func makeWorker(_ conninfo: String, sender: any PushSender, configure: (inout De
     return (worker, metrics, sink)
 }
 
+/// The witness's known-good tokens from the database at `conninfo`, as the daemon wires them (Daemon+Build).
+func knownGoodTokens(_ conninfo: String) -> @Sendable ([String]) async -> WitnessCandidates? {
+    let known = KnownGoodTokens(client: PostgresClient(conninfo: conninfo))
+    return { suspects in
+        await known.newest(excluding: suspects).map {
+            WitnessCandidates(tokens: $0.tokens, unwitnessedAllowanceLeft: $0.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
+        }
+    }
+}
+
 /// A real `FCMSender` against the loopback emulator over TLS, torn down on every path. `knownGood`: the database whose
 /// newest SENT deliveries a disabling answer's dry run goes to, as the daemon wires it (nil: none known).
 func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
@@ -135,14 +145,7 @@ func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil
     let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
     var fcm = FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
                                http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile))
-    if let conninfo {
-        let known = KnownGoodTokens(client: PostgresClient(conninfo: conninfo))
-        fcm.knownGoodTokens = { suspects in
-            await known.newest(excluding: suspects).map {
-                WitnessCandidates(tokens: $0.tokens, unwitnessedAllowanceLeft: $0.unwitnessedDisables < OutboxStore.unwitnessedDisableCap)
-            }
-        }
-    }
+    if let conninfo { fcm.knownGoodTokens = knownGoodTokens(conninfo) }
     configure(&fcm)
     let sender = try FCMSender(
         configuration: fcm,
