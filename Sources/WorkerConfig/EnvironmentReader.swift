@@ -157,9 +157,12 @@ final class EnvironmentReader {
         return path
     }
 
-    func optionalFile(_ name: String) -> String? {
+    /// A readable file of at most `limit` bytes (`typical` says what such a file weighs), or nil when unset.
+    func optionalFile(_ name: String, limit: Int, typical: String) -> String? {
         guard let path = raw(name) else { return nil }
-        checkReadable(name, path)
+        if checkReadable(name, path), case .failure(let failure) = BoundedFile.read(path, limit: limit) {
+            fail(name, failure.problem(path, typical: typical))
+        }
         return path
     }
 
