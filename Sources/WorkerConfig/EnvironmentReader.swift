@@ -171,7 +171,9 @@ final class EnvironmentReader {
     func checkReadable(_ name: String, _ path: String) -> Bool {
         var status = stat()
         guard stat(path, &status) == 0 else {
-            fail(name, "file \(path) does not exist")
+            // EACCES: a directory on the way is closed to this user (/etc/medication-worker is 0750 root:medication-worker).
+            fail(name, errno == EACCES ? "file \(path) cannot be reached by this user (permission denied on a directory of its path)"
+                                       : "file \(path) does not exist")
             return false
         }
         guard status.st_mode & S_IFMT != S_IFDIR else {
