@@ -57,7 +57,8 @@ struct CoreDumpTests {
         let exit = try process.start()
         var writer: Int32 = -1
         defer {
-            kill(process.processIdentifier, SIGKILL)
+            // Only a process still running: once reaped, its pid may already be another test's child.
+            if !exit.hasExited { kill(process.processIdentifier, SIGKILL) }
             _ = exit.waitBlocking()
             if writer >= 0 { close(writer) }
         }
@@ -101,7 +102,10 @@ struct CoreDumpTests {
         process.executableURL = URL(fileURLWithPath: prefix.first ?? "/bin/sleep")
         process.arguments = Array(prefix.dropFirst()) + (prefix.isEmpty ? [] : ["/bin/sleep"]) + ["30"]
         let exit = try process.start()
-        defer { kill(process.processIdentifier, SIGKILL); _ = exit.waitBlocking() }
+        defer {
+            if !exit.hasExited { kill(process.processIdentifier, SIGKILL) }
+            _ = exit.waitBlocking()
+        }
         let pid = process.processIdentifier
         var status = stat()
         var owner: uid_t?
