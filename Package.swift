@@ -21,7 +21,7 @@ let package = Package(
 
         // Wrapper modules: the only importers of their C library; they own the handles.
         .target(name: "Postgres", dependencies: ["CLibPQ", "Threads", "Timekeeping", "TextSupport"]),
-        .target(name: "HTTP", dependencies: ["CCurl", "Crypto", "Threads", "Timekeeping", "ErrorCodes"]),
+        .target(name: "HTTP", dependencies: ["CCurl", "Crypto", "Threads", "Timekeeping", "ErrorCodes", "TextSupport"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "Crypto", dependencies: ["COpenSSL", "ErrorCodes"]),
         .target(name: "Systemd", dependencies: ["CSystemd"]),
@@ -35,7 +35,8 @@ let package = Package(
         // `ErrorCode<Family>` and `CodedError`: the shape of every module's error struct.
         .target(name: "ErrorCodes"),
         // Foundation-free string helpers: trimming whitespace, zero padding, fixed decimals; `Printable`, the one escaping
-        // of every logged or printed value, and the command line's stdout and stderr.
+        // of every logged or printed value, and the command line's stdout and stderr; `BoundedFile`, a file read whole up
+        // to a cap (the credential and certificate files).
         .target(name: "TextSupport"),
         .target(name: "JSON"),
         // The push contract between the engine and whatever sends: DoseTakenPush, SendOutcome, PushSender.

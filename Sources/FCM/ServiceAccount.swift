@@ -1,6 +1,7 @@
 import Crypto
 import FoundationEssentials
 import JSON
+import TextSupport
 
 /// The fields of a Google service-account JSON key file that FCM needs.
 public struct ServiceAccount: Sendable {
@@ -12,12 +13,17 @@ public struct ServiceAccount: Sendable {
     public let privateKey: PrivateKey
     public var privateKeyId: String?
 
-    /// Reads and validates the file; the error names the file and the missing or bad field.
+    /// The most of a service-account file read into memory: Google's JSON key is about 2.3 KB.
+    public static let maxFileBytes = 64 * 1024
+    /// What a service-account file weighs, for the message that refuses a larger one.
+    public static let typicalFileSize = "a Google service account key is about 2.3 KB"
+
+    /// Reads and validates the file (at most `maxFileBytes`); the error names the file and the missing or bad field.
     public static func load(path: String) throws(FCMError) -> ServiceAccount {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw FCMError(.invalidServiceAccount, "\(path): cannot read the file")
+        switch BoundedFile.read(path, limit: maxFileBytes) {
+        case .success(let bytes): return try parse(Data(bytes), source: path)
+        case .failure(let failure): throw FCMError(.invalidServiceAccount, failure.problem(path, typical: typicalFileSize))
         }
-        return try parse(data, source: path)
     }
 
     /// Parses service-account JSON; `source` names it in errors. Throws the first problem `check` finds.

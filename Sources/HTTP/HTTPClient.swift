@@ -3,6 +3,7 @@ import Crypto
 import FoundationEssentials
 import Glibc
 import Synchronization
+import TextSupport
 import Threads
 
 /// `curl_global_init` exactly once, before the first handle (libcurl: "not thread safe"). It initialises OpenSSL,
@@ -57,13 +58,16 @@ public final class HTTPClient: Sendable {
         self.configuration = configuration
         if let caFile = configuration.caFile {
             // CAINFO would *replace* the system store; trust both by handing curl one combined bundle.
-            guard let extra = FileManager.default.contents(atPath: caFile) else {
-                throw HTTPError(.invalidRequest, "cannot read CA file \(caFile)")
+            let extra: [UInt8]
+            switch BoundedFile.read(caFile, limit: HTTPClientConfiguration.maxCAFileBytes) {
+            case .success(let bytes): extra = bytes
+            case .failure(let failure):
+                throw HTTPError(.invalidRequest, "CA file \(failure.problem(caFile, typical: HTTPClientConfiguration.typicalCAFileSize))")
             }
             let system = FileManager.default.contents(atPath: "/etc/ssl/certs/ca-certificates.crt") ?? Data()
             let directory = ProcessInfo.processInfo.environment["TMPDIR"].map { $0.hasSuffix("/") ? $0 : $0 + "/" } ?? "/tmp/"
             let path = directory + "medication-worker-ca-\(getpid())-\(UUID().uuidString.prefix(8)).pem"
-            guard FileManager.default.createFile(atPath: path, contents: system + Data("\n".utf8) + extra,
+            guard FileManager.default.createFile(atPath: path, contents: system + Data("\n".utf8) + Data(extra),
                                                  attributes: [.posixPermissions: 0o600]) else {
                 throw HTTPError(.invalidRequest, "cannot write the combined CA bundle to \(path)")
             }

@@ -90,6 +90,10 @@ public struct HTTPClientConfiguration: Sendable {
     public var requestTimeout: Duration
     /// Extra PEM certificates to trust *in addition to* the system's. Verification is always on.
     public var caFile: String?
+    /// The most of `caFile` read into memory: a private CA is a few KB, a whole bundle (Debian's) about 220 KB.
+    public static let maxCAFileBytes = 1024 * 1024
+    /// What a CA file weighs, for the message that refuses a larger one.
+    public static let typicalCAFileSize = "a CA certificate is a few KB, a whole bundle a few hundred KB"
     /// HTTP/2 streams per connection before another connection is opened (FCM allows about 100).
     public var maxStreamsPerConnection: Int
     /// Sent data unacknowledged this long drops the connection (TCP_USER_TIMEOUT): a silent peer is replaced.

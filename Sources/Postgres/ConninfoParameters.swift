@@ -65,7 +65,9 @@ public enum ConninfoParameters {
         let userFile = environment["PGSERVICEFILE"] ?? environment["HOME"].map { "\($0)/.pg_service.conf" }
         let systemFile = "\(environment["PGSYSCONFDIR"] ?? "/etc/postgresql-common")/pg_service.conf"
         for file in [userFile, systemFile].compactMap({ $0 }) {
-            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+            // A service file is a few lines; one larger than 1 MiB is not read (libpq would still use it).
+            guard case .success(let bytes) = BoundedFile.read(file, limit: 1024 * 1024) else { continue }
+            let text = String(decoding: bytes, as: UTF8.self)
             var inSection = false
             var found = false
             var values: [String: String] = [:]

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import HTTP
 import Logging
 import Timekeeping
 
@@ -114,7 +115,8 @@ public struct Configuration: Sendable {
         let fcmBaseURL = reader.url("FCM_BASE_URL", default: Defaults.fcmBaseURL)
         let fcmMaxSends = reader.raw("FCM_MAX_SENDS_PER_SECOND") == nil ? nil
             : reader.integer("FCM_MAX_SENDS_PER_SECOND", default: 0, range: 1...1_000_000)
-        let tlsCAFile = reader.optionalFile("TLS_CA_FILE")
+        let tlsCAFile = reader.optionalFile("TLS_CA_FILE", limit: HTTPClientConfiguration.maxCAFileBytes,
+                                            typical: HTTPClientConfiguration.typicalCAFileSize)
         let health = reader.hostPort("HEALTH_ADDR", default: Defaults.healthAddress)
         let batchSize = reader.integer("BATCH_SIZE", default: Defaults.batchSize, range: 1...1000)
         let maxInFlight = reader.integer("MAX_IN_FLIGHT", default: Defaults.maxInFlight, range: 1...10_000)

@@ -157,9 +157,12 @@ final class EnvironmentReader {
         return path
     }
 
-    func optionalFile(_ name: String) -> String? {
+    /// A readable file of at most `limit` bytes (`typical` says what such a file weighs), or nil when unset.
+    func optionalFile(_ name: String, limit: Int, typical: String) -> String? {
         guard let path = raw(name) else { return nil }
-        checkReadable(name, path)
+        if checkReadable(name, path), case .failure(let failure) = BoundedFile.read(path, limit: limit) {
+            fail(name, failure.problem(path, typical: typical))
+        }
         return path
     }
 
@@ -168,7 +171,9 @@ final class EnvironmentReader {
     func checkReadable(_ name: String, _ path: String) -> Bool {
         var status = stat()
         guard stat(path, &status) == 0 else {
-            fail(name, "file \(path) does not exist")
+            // EACCES: a directory on the way is closed to this user (/etc/medication-worker is 0750 root:medication-worker).
+            fail(name, errno == EACCES ? "file \(path) cannot be reached by this user (permission denied on a directory of its path)"
+                                       : "file \(path) does not exist")
             return false
         }
         guard status.st_mode & S_IFMT != S_IFDIR else {

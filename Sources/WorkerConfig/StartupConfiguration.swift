@@ -3,6 +3,7 @@ import Crypto
 import FCM
 import FoundationEssentials
 import HTTP
+import TextSupport
 
 /// Everything `run` loads before it touches anything: the settings from the environment, the FCM service account and
 /// the App Store key and root certificates. `run` and `check-config` both load through `check`, so they cannot
@@ -50,14 +51,16 @@ public struct StartupConfiguration: Sendable {
         var serviceAccount: ServiceAccount?
         let accountPath = configuration.fcmServiceAccountFile
         if !failed.contains("FCM_SERVICE_ACCOUNT_FILE"), !accountPath.isEmpty {
-            if let data = FileManager.default.contents(atPath: accountPath) {
-                switch ServiceAccount.check(data, source: accountPath) {
+            switch BoundedFile.read(accountPath, limit: ServiceAccount.maxFileBytes) {
+            case .success(let bytes):
+                switch ServiceAccount.check(Data(bytes), source: accountPath) {
                 case .success(let account): serviceAccount = account
                 case .failure(let problems):
                     errors += problems.errors.map { ConfigurationError("FCM_SERVICE_ACCOUNT_FILE", $0.message) }
                 }
-            } else {
-                errors.append(ConfigurationError("FCM_SERVICE_ACCOUNT_FILE", "\(accountPath): cannot read the file"))
+            case .failure(let failure):
+                errors.append(ConfigurationError("FCM_SERVICE_ACCOUNT_FILE",
+                                                 failure.problem(accountPath, typical: ServiceAccount.typicalFileSize)))
             }
         }
 
@@ -73,10 +76,16 @@ public struct StartupConfiguration: Sendable {
             var roots: [Certificate] = []
             if !failed.contains("APPSTORE_ROOT_CERT_FILES") {
                 for path in settings.rootCertificateFiles {
-                    if let bytes = FileManager.default.contents(atPath: path), let root = try? Certificate(pemOrDER: Array(bytes)) {
-                        roots.append(root)
-                    } else {
-                        errors.append(ConfigurationError("APPSTORE_ROOT_CERT_FILES", "\(path) is not a PEM or DER X.509 certificate"))
+                    switch BoundedFile.read(path, limit: maxCertificateFileBytes) {
+                    case .success(let bytes):
+                        if let root = try? Certificate(pemOrDER: bytes) {
+                            roots.append(root)
+                        } else {
+                            errors.append(ConfigurationError("APPSTORE_ROOT_CERT_FILES", "\(path) is not a PEM or DER X.509 certificate"))
+                        }
+                    case .failure(let failure):
+                        errors.append(ConfigurationError("APPSTORE_ROOT_CERT_FILES",
+                                                         failure.problem(path, typical: "an Apple root certificate is about 1 KB")))
                     }
                 }
             }
@@ -88,11 +97,19 @@ public struct StartupConfiguration: Sendable {
                      warnings: SettingNames.nearMisses(in: environment), errors: errors)
     }
 
+    /// The most of an App Store `.p8` key read into memory; the key is about 250 bytes.
+    public static let maxKeyFileBytes = 64 * 1024
+    /// The most of one `APPSTORE_ROOT_CERT_FILES` certificate read into memory; Apple's roots are about 1 KB.
+    public static let maxCertificateFileBytes = 1024 * 1024
+
     /// The `.p8`: a PEM EC private key on P-256 (ES256); the error says which of those it is not, never what it holds.
     static func appStoreKey(_ path: String) -> Result<PrivateKey, ConfigurationError> {
         let name = "APPSTORE_PRIVATE_KEY_FILE"
-        guard let bytes = FileManager.default.contents(atPath: path) else {
-            return .failure(ConfigurationError(name, "\(path): cannot read the file"))
+        let bytes: [UInt8]
+        switch BoundedFile.read(path, limit: maxKeyFileBytes) {
+        case .success(let read): bytes = read
+        case .failure(let failure):
+            return .failure(ConfigurationError(name, failure.problem(path, typical: "an App Store .p8 key is about 250 bytes")))
         }
         guard let key = try? PrivateKey(pem: String(decoding: bytes, as: UTF8.self)) else {
             return .failure(ConfigurationError(name, "\(path) is not a PEM private key (expected the App Store .p8, an EC P-256 key)"))

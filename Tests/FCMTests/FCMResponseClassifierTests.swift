@@ -172,4 +172,13 @@ struct FCMResponseClassifierTests {
         #expect(error?.message.contains("/etc/sa.json") == true)
         #expect(error?.message.contains("client_email") == true)
     }
+
+    /// Issue 54: the loader reads at most 64 KiB (Google's key file is about 2.3 KB); a larger file is refused unread.
+    @Test func serviceAccount_largerThan64KiB_isRefusedNamingTheCap() throws {
+        let path = NSTemporaryDirectory() + "mw-sa-\(UUID().uuidString).json"
+        try (#"{"type":"service_account"}"# + String(repeating: " ", count: 64 * 1024)).write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let error = #expect(throws: FCMError.self) { _ = try ServiceAccount.load(path: path) }
+        #expect(error?.message == "\(path) is larger than 64 KiB (a Google service account key is about 2.3 KB): not read")
+    }
 }

@@ -239,6 +239,64 @@ struct CheckConfigTests {
         #expect(json["warnings"]?.arrayValue?.count == 1)
     }
 
+    /// A copy of `path` with `padding` newlines or spaces after its content: still a valid key, certificate or JSON, only
+    /// larger.
+    static func padded(_ path: String, to size: Int, with padding: Character = "\n") throws -> String {
+        let content = try String(contentsOfFile: path, encoding: .utf8)
+        let copy = "\(fixtures.directory)/padded-\(UUID().uuidString)-\((path as NSString).lastPathComponent)"
+        try (content + String(repeating: padding, count: size - content.utf8.count)).write(toFile: copy, atomically: true, encoding: .utf8)
+        return copy
+    }
+
+    /// Issue 54: every file read whole into memory has a cap: the service account (64 KiB), the App Store key (64 KiB),
+    /// each root certificate and TLS_CA_FILE (1 MiB). A larger one, valid or not, is refused naming its setting, exit 78,
+    /// and `run` refuses what check-config refuses.
+    @Test func oversizedCredentialAndCertificateFiles_exit78NamingEachSetting() async throws {
+        var environment = try Self.validEnvironment()
+        let account = try Self.padded(try Self.serviceAccount(), to: 64 * 1024 + 1, with: " ")
+        let key = try Self.padded(Self.files.ecKeyFile, to: 64 * 1024 + 1)
+        let root = try Self.padded(Self.fixtures.caFile, to: 1024 * 1024 + 1)
+        let caFile = try Self.padded(Self.fixtures.caFile, to: 1024 * 1024 + 1)
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = account
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = key
+        environment["APPSTORE_ROOT_CERT_FILES"] = "\(Self.files.derRootFile),\(root)"
+        environment["TLS_CA_FILE"] = caFile
+        let expected = [
+            "FCM_SERVICE_ACCOUNT_FILE: \(account) is larger than 64 KiB (a Google service account key is about 2.3 KB): not read",
+            "APPSTORE_PRIVATE_KEY_FILE: \(key) is larger than 64 KiB (an App Store .p8 key is about 250 bytes): not read",
+            "APPSTORE_ROOT_CERT_FILES: \(root) is larger than 1 MiB (an Apple root certificate is about 1 KB): not read",
+            "TLS_CA_FILE: \(caFile) is larger than 1 MiB (a CA certificate is a few KB, a whole bundle a few hundred KB): not read",
+        ]
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 78)
+        #expect(result.output.isEmpty)
+        for line in expected { #expect(result.errorOutput.contains(line), "\(line) not in: \(result.errorOutput)") }
+        let (status, json) = try await Self.checkConfigJSON(environment)
+        #expect(status == 78)
+        #expect(Set(Self.errors(json).map(\.setting))
+                == ["FCM_SERVICE_ACCOUNT_FILE", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_ROOT_CERT_FILES", "TLS_CA_FILE"])
+        #expect(Self.errors(json).allSatisfy { $0.problem.contains("is larger than") }, "\(Self.errors(json))")
+
+        // A bad BATCH_SIZE too, so that a `run` that read the files whole would still stop (78) instead of waiting for
+        // the database: the caps must be what it names.
+        environment["BATCH_SIZE"] = "0"
+        let run = try await TestBinaries.run("medication-worker", ["run"], environment: environment)
+        #expect(run.status == 78)
+        for line in expected { #expect(run.stderr.contains(line), "\(line) not in: \(run.stderr)") }
+    }
+
+    /// The caps are limits, not sizes to avoid: a file of exactly the cap loads.
+    @Test func credentialAndCertificateFilesOfExactlyTheCap_load() async throws {
+        var environment = try Self.validEnvironment()
+        environment["FCM_SERVICE_ACCOUNT_FILE"] = try Self.padded(try Self.serviceAccount(), to: 64 * 1024, with: " ")
+        environment["APPSTORE_PRIVATE_KEY_FILE"] = try Self.padded(Self.files.ecKeyFile, to: 64 * 1024)
+        environment["APPSTORE_ROOT_CERT_FILES"] = try Self.padded(Self.fixtures.caFile, to: 1024 * 1024)
+        environment["TLS_CA_FILE"] = try Self.padded(Self.fixtures.caFile, to: 1024 * 1024)
+        let result = await Self.checkConfig(environment)
+        #expect(result.status == 0, "\(result.errorOutput)")
+        #expect(result.output.contains("FCM project pill-project"))
+    }
+
     @Test func misspeltSetting_isWarnedWithTheSuggestion_andChangesNoStatus() async throws {
         var environment = try Self.validEnvironment()
         environment["MAX_INFLIGHT"] = "5"

@@ -3,19 +3,6 @@ import Foundation
 /// Raw TCP clients for abuse tests: connections that trickle a request and never finish it, from a chosen
 /// loopback source address (all of 127/8 is loopback on Linux), and requests read byte by byte.
 public enum RawClients {
-    /// Raises this process's soft RLIMIT_NOFILE to at least `wanted` (up to the hard limit); returns the soft limit now.
-    @discardableResult
-    public static func raiseOpenFileLimit(to wanted: Int) -> Int {
-        var limit = rlimit()
-        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        if limit.rlim_cur < rlim_t(wanted) {
-            limit.rlim_cur = min(rlim_t(wanted), limit.rlim_max)
-            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        }
-        return Int(limit.rlim_cur)
-    }
-
     /// A non-blocking TCP socket bound to `source`, connecting to 127.0.0.1:`port`; -1 when out of descriptors.
     public static func connect(port: UInt16, from source: String = "127.0.0.1") -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
