@@ -88,7 +88,7 @@ struct ResendCommand: OperatorCommand {
     static func failedQuery(key: String, patient: String, only: String?) -> PostgresQuery {
         """
         SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists,
-               EXISTS (SELECT 1 FROM "CaregiverPatientLink" l
+               d."ownerType" = 'CAREGIVER' AND EXISTS (SELECT 1 FROM "CaregiverPatientLink" l
                        WHERE l."patientId" = \(patient) AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE') AS link_active,
                \(sql: Recipients.speaksForToken) AS speaks
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
