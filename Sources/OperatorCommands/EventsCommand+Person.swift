@@ -35,13 +35,13 @@ extension EventsCommand {
         /// The select list `init(_:)` reads (device `d`, its token's newest registration `n` when `d` does not speak for it).
         static let query: PostgresQuery = """
             SELECT d.id, d."ownerId" AS owner_id, \(sql: EventCommand.maskedToken) AS token, d."isEnabled" AS enabled,
-                   d."lastSeenAt" AS last_seen, d."createdAt" AS created_at, \(sql: Recipients.speaksForToken) AS speaks,
+                   d."lastSeenAt" AS last_seen, d."createdAt" AS created_at, \(sql: Recipients.speaksForToken("d")) AS speaks,
                    n.id AS newer_id, n."ownerId" AS newer_owner, n."isEnabled" AS newer_enabled, n."lastSeenAt" AS newer_seen
             FROM "PushDevice" d
             LEFT JOIN LATERAL (
                 SELECT n.id, n."ownerId", n."isEnabled", n."lastSeenAt" FROM "PushDevice" n
                 WHERE n.token = d.token ORDER BY n."lastSeenAt" DESC NULLS LAST, n.id DESC LIMIT 1
-            ) n ON NOT \(sql: Recipients.speaksForToken)
+            ) n ON NOT \(sql: Recipients.speaksForToken("d"))
             """
 
         init(_ row: PostgresRow) throws {

@@ -90,7 +90,7 @@ struct ResendCommand: OperatorCommand {
         SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists,
                d."ownerType" = 'CAREGIVER' AND EXISTS (SELECT 1 FROM "CaregiverPatientLink" l
                        WHERE l."patientId" = \(patient) AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE') AS link_active,
-               \(sql: Recipients.speaksForToken) AS speaks
+               \(sql: Recipients.speaksForToken("d")) AS speaks
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
         WHERE pd."eventKey" = \(key) AND (pd."patientId" = \(patient) OR pd."patientId" IS NULL)
           AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)

@@ -47,14 +47,12 @@ struct EventFateTests {
         #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
     }
 
-    @Test func reclaimedAtFanOut_perDevice() {
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: true) == .send)
-        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: true, speaksForToken: true) == .failed(reason: "device disabled before send"))
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: false, speaksForToken: true) == .failed(reason: EventFate.linkNotActiveBeforeSend))
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: false)
-            == .failed(reason: EventFate.tokenSupersededBeforeSend))
-        // The first reason that holds is the one written.
-        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: false, speaksForToken: false) == .failed(reason: "device disabled before send"))
+    /// What a refused retry's delivery says (a deleted device reads as a disabled one).
+    @Test func notSent_perRefusal() {
+        #expect(EventFate.notSent(.deviceDeleted) == "device disabled before send")
+        #expect(EventFate.notSent(.deviceDisabled) == "device disabled before send")
+        #expect(EventFate.notSent(.linkNotActive) == EventFate.linkNotActiveBeforeSend)
+        #expect(EventFate.notSent(.tokenSuperseded) == EventFate.tokenSupersededBeforeSend)
     }
 
     /// (deliveries pending, attempts, max attempts) -> status.
