@@ -145,16 +145,19 @@ public enum EventFate {
         case skip(reason: String)
     }
 
-    public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool, linkActive: Bool,
-                              speaksForToken: Bool) -> Resend {
+    /// `resend`'s verdict on a FAILED delivery of an event `eventAgeSeconds` old whose device `Recipients.refusal`
+    /// judged (`refusal` nil: still a recipient).
+    package static func resend(eventAgeSeconds: Double, maxAge: Duration, refusal: Recipients.Refusal?) -> Resend {
         if isPastMaxAge(ageSeconds: eventAgeSeconds, maxAge: maxAge) {
             return .skip(reason: "event past EVENT_MAX_AGE (\(DurationText.age(seconds: maxAge.asSeconds))): it would only expire")
         }
-        guard deviceExists else { return .skip(reason: "device deleted") }
-        guard deviceEnabled else { return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)") }
-        guard linkActive else { return .skip(reason: "the caregiver's link to the patient is no longer ACTIVE") }
-        guard speaksForToken else { return .skip(reason: "another registration of this token was seen more recently (the phone changed hands)") }
-        return .resend
+        switch refusal {
+        case nil: return .resend
+        case .deviceDeleted: return .skip(reason: "device deleted")
+        case .deviceDisabled: return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)")
+        case .linkNotActive: return .skip(reason: "the caregiver's link to the patient is no longer ACTIVE")
+        case .tokenSuperseded: return .skip(reason: "another registration of this token was seen more recently (the phone changed hands)")
+        }
     }
 }
 
