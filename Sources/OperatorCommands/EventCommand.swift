@@ -120,29 +120,21 @@ struct EventCommand: OperatorCommand {
         }
     }
 
-    /// A device of the patient's recipients that is not sent to: another registration of its token speaks for it.
+    /// A device of the patient's caregivers that is not sent to only because another registration speaks for its token
+    /// (`device.newest`).
     struct Skipped: Sendable {
-        var deviceId: String
-        var ownerId: String
-        var token: String
-        /// The registration that speaks for the token: its row, owner, whether pushes are on there, when last seen.
-        var newerDeviceId: String
-        var newerOwnerId: String
-        var newerEnabled: Bool
-        var newerLastSeenAt: Date
+        var device: EventsCommand.Device
 
         var reason: String {
-            "another registration of this token was seen more recently: device \(newerDeviceId) of \(newerOwnerId), last seen "
-                + CommandValues.timestamp(newerLastSeenAt) + (newerEnabled ? "" : ", pushes switched off there")
+            let newest = device.newest
+            return "another registration of this token was seen more recently: device \(newest?.deviceId ?? "?") of \(newest?.ownerId ?? "?"), last seen "
+                + (newest?.lastSeenAt.map(CommandValues.timestamp) ?? "-") + (newest?.enabled == false ? ", pushes switched off there" : "")
         }
 
         var json: JSONValue {
             .object([
-                "pushDeviceId": .string(deviceId), "ownerId": .string(ownerId), "token": .string(token), "reason": .string("token_superseded"),
-                "newestRegistration": .object([
-                    "pushDeviceId": .string(newerDeviceId), "ownerId": .string(newerOwnerId), "isEnabled": .bool(newerEnabled),
-                    "lastSeenAt": CommandValues.timestamp(newerLastSeenAt),
-                ]),
+                "pushDeviceId": .string(device.id), "ownerId": .string(device.ownerId), "token": .string(device.token),
+                "reason": .string(Recipients.Refusal.tokenSuperseded.rawValue), "newestRegistration": device.newest?.json ?? .null,
             ])
         }
     }
@@ -171,21 +163,14 @@ struct EventCommand: OperatorCommand {
         """
     }
 
-    /// The enabled devices of patient `patient`'s caregivers (ACTIVE links) with no delivery of `key` (nil: the event
-    /// has no key yet), that another registration of their token speaks for (the fan-out's rule,
-    /// `OutboxStore.speaksForToken`), with the newest registration of the token.
+    /// The devices of patient `patient`'s caregivers with no delivery of `key` (nil: the event has no key yet) that the
+    /// recipients rule refuses only for their token (`Recipients.refusal`, as the fan-out skips them), with the newest
+    /// registration of the token.
     static func skippedQuery(key: String?, patient: String) -> PostgresQuery {
         """
-        SELECT d.id AS device_id, d."ownerId" AS owner_id, \(sql: maskedToken) AS token,
-               n.id AS newer_id, n."ownerId" AS newer_owner, n."isEnabled" AS newer_enabled, n."lastSeenAt" AS newer_seen
-        FROM "CaregiverPatientLink" l
-        JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
-        CROSS JOIN LATERAL (
-            SELECT n.id, n."ownerId", n."isEnabled", n."lastSeenAt" FROM "PushDevice" n
-            WHERE n.token = d.token AND (n."lastSeenAt", n.id) > (d."lastSeenAt", d.id)
-            ORDER BY n."lastSeenAt" DESC, n.id DESC LIMIT 1
-        ) n
-        WHERE l."patientId" = \(patient) AND l.status = 'ACTIVE'
+        \(sql: EventsCommand.Device.query)
+        WHERE d."ownerType" = 'CAREGIVER' AND d."ownerId" IN (SELECT l."caregiverId" FROM "CaregiverPatientLink" l WHERE l."patientId" = \(patient))
+          AND \(sql: Recipients.refusal(device: "d", patient: "\(patient)")) = \(sql: Recipients.code(.tokenSuperseded))
           AND NOT EXISTS (SELECT 1 FROM "PushDelivery" pd WHERE pd."eventKey" = \(key) AND pd."pushDeviceId" = d.id)
         ORDER BY d.id
         """
@@ -221,7 +206,7 @@ struct EventCommand: OperatorCommand {
             }
             if !skipped.isEmpty {
                 lines.append("not sent to (another registration speaks for the token): \(skipped.count)")
-                lines.append(CommandValues.table(["DEVICE", "OWNER", "TOKEN", "WHY"], skipped.map { [$0.deviceId, $0.ownerId, $0.token, $0.reason] }))
+                lines.append(CommandValues.table(["DEVICE", "OWNER", "TOKEN", "WHY"], skipped.map { [$0.device.id, $0.device.ownerId, $0.device.token, $0.reason] }))
             }
             return lines.joined(separator: "\n")
         }
@@ -256,11 +241,8 @@ struct EventCommand: OperatorCommand {
                                  fcmMessageId: row["message_id"].optionalString())
                     }
                 } ?? []
-                let skipped = try connection.query(Self.skippedQuery(key: event.eventKey ?? event.computedKey, patient: event.patientId)).map { row in
-                    Skipped(deviceId: try row["device_id"].string(), ownerId: try row["owner_id"].string(), token: try row["token"].string(),
-                            newerDeviceId: try row["newer_id"].string(), newerOwnerId: try row["newer_owner"].string(),
-                            newerEnabled: try row["newer_enabled"].bool(), newerLastSeenAt: try row["newer_seen"].date())
-                }
+                let skipped = try connection.query(Self.skippedQuery(key: event.eventKey ?? event.computedKey, patient: event.patientId))
+                    .map { Skipped(device: try EventsCommand.Device($0)) }
                 return Report(event: event, deliveries: deliveries, skipped: skipped, eventMaxAge: settings.eventMaxAge)
             }
         }

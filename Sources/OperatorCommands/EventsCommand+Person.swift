@@ -15,7 +15,7 @@ extension EventsCommand {
         var enabled: Bool
         var lastSeenAt: Date?
         var createdAt: Date?
-        /// `Recipients.speaksForToken`: no other registration of the token was seen more recently.
+        /// `Recipients.speaksForToken`: no other registration of the token was seen more recently (`devices --owner`).
         var speaksForToken: Bool
         /// When it does not: the registration that does.
         var newest: Newest?
@@ -35,13 +35,13 @@ extension EventsCommand {
         /// The select list `init(_:)` reads (device `d`, its token's newest registration `n` when `d` does not speak for it).
         static let query: PostgresQuery = """
             SELECT d.id, d."ownerId" AS owner_id, \(sql: EventCommand.maskedToken) AS token, d."isEnabled" AS enabled,
-                   d."lastSeenAt" AS last_seen, d."createdAt" AS created_at, \(sql: Recipients.speaksForToken) AS speaks,
+                   d."lastSeenAt" AS last_seen, d."createdAt" AS created_at, \(sql: Recipients.speaksForToken("d")) AS speaks,
                    n.id AS newer_id, n."ownerId" AS newer_owner, n."isEnabled" AS newer_enabled, n."lastSeenAt" AS newer_seen
             FROM "PushDevice" d
             LEFT JOIN LATERAL (
                 SELECT n.id, n."ownerId", n."isEnabled", n."lastSeenAt" FROM "PushDevice" n
                 WHERE n.token = d.token ORDER BY n."lastSeenAt" DESC NULLS LAST, n.id DESC LIMIT 1
-            ) n ON NOT \(sql: Recipients.speaksForToken)
+            ) n ON NOT \(sql: Recipients.speaksForToken("d"))
             """
 
         init(_ row: PostgresRow) throws {
@@ -102,6 +102,19 @@ extension EventsCommand {
         var lastError: String?
         var sentAt: Date?
         var fcmMessageId: String?
+
+        /// A row of `keyedDeliveriesQuery`.
+        init(_ row: PostgresRow) throws {
+            id = try row["id"].string()
+            eventKey = try row["event_key"].string()
+            patientId = row["patient_id"].optionalString()
+            deviceId = try row["device_id"].string()
+            status = try row["status"].decode(DeliveryStatus.self)
+            attempts = try row["attempts"].int()
+            lastError = row["last_error"].optionalString()
+            sentAt = try row["sent_at"].optionalDate()
+            fcmMessageId = row["message_id"].optionalString()
+        }
     }
 
     /// What became of one event on one device: the outcome (`SENT`, `FAILED`, `PENDING`, `SKIPPED`, `NO_DELIVERY`), a
@@ -115,41 +128,28 @@ extension EventsCommand {
         var newest: Device.Newest?
     }
 
-    /// The fate of `event` on `device`: its delivery when there is one, else why there is none, in the order the fan-out
-    /// decides (link, enabled, the token's newest registration), then what the event's own state explains.
-    static func fate(event: EventCommand.Event, device: Device, linkStatus: String, delivery: KeyedDelivery?,
+    /// The fate of `event` on `device`: its delivery when there is one, else why there is none: the recipients rule's
+    /// refusal for the event's patient (`Recipients.refusal`, in its order: enabled, link, token; a disable the worker
+    /// made, in force when the event was fanned out, named as such), then what the event's own state explains.
+    static func fate(event: EventCommand.Event, device: Device, linkStatus: String, refusal: Recipients.Refusal?, delivery: KeyedDelivery?,
                      disables: [LedgerDisable]) -> Fate {
-        if let delivery {
-            switch delivery.status {
-            case .sent:
-                return Fate(outcome: "SENT", reason: nil, text: "SENT at " + (delivery.sentAt.map(CommandValues.timestamp) ?? "?")
-                    + (delivery.fcmMessageId.map { " (\(Printable.escaped($0)))" } ?? ""), delivery: delivery)
-            case .failed:
-                return Fate(outcome: "FAILED", reason: "delivery_failed", text: "FAILED: " + Printable.escaped(delivery.lastError ?? "-"), delivery: delivery)
-            case .pending:
-                return Fate(outcome: "PENDING", reason: "delivery_pending", text: "PENDING after \(delivery.attempts) attempt(s)"
-                    + (delivery.lastError.map { ": " + Printable.escaped($0) } ?? ""), delivery: delivery)
-            }
-        }
-        if linkStatus != "ACTIVE" {
-            return Fate(outcome: "SKIPPED", reason: "link_not_active",
-                        text: "skipped: the caregiver's link to patient \(Printable.escaped(event.patientId)) is \(Printable.escaped(linkStatus)), not ACTIVE")
-        }
+        if let delivery { return fate(delivery) }
         // A disable in force when the event was fanned out (before it settled, and not restored before it was created).
         let fannedOutBy = event.processedAt ?? Date()
-        if let disable = disables.filter({ $0.disabledAt <= fannedOutBy && ($0.restoredAt.map { $0 > event.createdAt } ?? true) })
-            .max(by: { $0.disabledAt < $1.disabledAt }) {
-            return Fate(outcome: "NO_DELIVERY", reason: "device_disabled",
-                        text: "no delivery: the device was disabled at \(CommandValues.timestamp(disable.disabledAt)) (\(Printable.escaped(disable.reason)), "
-                            + (disable.witnessed ? "witnessed" : "unwitnessed") + ")"
-                            + (disable.restoredAt.map { ", restored at \(CommandValues.timestamp($0))" } ?? ""),
-                        disable: disable)
-        }
-        if !device.enabled {
+        let disable = disables.filter { $0.disabledAt <= fannedOutBy && ($0.restoredAt.map { $0 > event.createdAt } ?? true) }
+            .max { $0.disabledAt < $1.disabledAt }
+        switch refusal {
+        case .deviceDeleted?, .deviceDisabled?:
+            if let disable { return fate(disable) }
             return Fate(outcome: "SKIPPED", reason: "switched_off",
                         text: "skipped: pushes switched off for this registration (\"isEnabled\" false, not by the worker)")
+        case .linkNotActive?:
+            return Fate(outcome: "SKIPPED", reason: "link_not_active",
+                        text: "skipped: the caregiver's link to patient \(Printable.escaped(event.patientId)) is \(Printable.escaped(linkStatus)), not ACTIVE")
+        case .tokenSuperseded?, nil:
+            if let disable { return fate(disable) }  // disabled then, restored since
         }
-        if !device.speaksForToken {
+        if refusal == .tokenSuperseded {
             let newest = device.newest
             return Fate(outcome: "SKIPPED", reason: "token_superseded",
                         text: "skipped: superseded by another registration of this phone: device \(Printable.escaped(newest?.deviceId ?? "?")) of "
@@ -172,6 +172,29 @@ extension EventsCommand {
             return Fate(outcome: "NO_DELIVERY", reason: "no_delivery_row",
                         text: "no delivery row (pruned after DELIVERY_RETENTION, or the device qualified only after the fan-out)")
         }
+    }
+
+    /// The fate a delivery row tells.
+    static func fate(_ delivery: KeyedDelivery) -> Fate {
+        switch delivery.status {
+        case .sent:
+            Fate(outcome: "SENT", reason: nil, text: "SENT at " + (delivery.sentAt.map(CommandValues.timestamp) ?? "?")
+                + (delivery.fcmMessageId.map { " (\(Printable.escaped($0)))" } ?? ""), delivery: delivery)
+        case .failed:
+            Fate(outcome: "FAILED", reason: "delivery_failed", text: "FAILED: " + Printable.escaped(delivery.lastError ?? "-"), delivery: delivery)
+        case .pending:
+            Fate(outcome: "PENDING", reason: "delivery_pending", text: "PENDING after \(delivery.attempts) attempt(s)"
+                + (delivery.lastError.map { ": " + Printable.escaped($0) } ?? ""), delivery: delivery)
+        }
+    }
+
+    /// No delivery because the worker disabled the device.
+    static func fate(_ disable: LedgerDisable) -> Fate {
+        Fate(outcome: "NO_DELIVERY", reason: "device_disabled",
+             text: "no delivery: the device was disabled at \(CommandValues.timestamp(disable.disabledAt)) (\(Printable.escaped(disable.reason)), "
+                + (disable.witnessed ? "witnessed" : "unwitnessed") + ")"
+                + (disable.restoredAt.map { ", restored at \(CommandValues.timestamp($0))" } ?? ""),
+             disable: disable)
     }
 
     struct PersonReport: CommandReport {
@@ -265,6 +288,24 @@ extension EventsCommand {
         """
     }
 
+    /// The deliveries of `keys` to `devices`.
+    static func keyedDeliveriesQuery(keys: [String], devices: [String]) -> PostgresQuery {
+        """
+        SELECT pd.id, pd."eventKey" AS event_key, pd."patientId" AS patient_id, pd."pushDeviceId" AS device_id, pd.status, pd.attempts,
+               pd."lastError" AS last_error, pd."sentAt" AS sent_at, pd."fcmMessageId" AS message_id
+        FROM "PushDelivery" pd WHERE pd."eventKey" = ANY(\(keys)::text[]) AND pd."pushDeviceId" = ANY(\(devices)::text[])
+        """
+    }
+
+    /// Why each of `devices` does not receive each of `patients`' pushes (`Recipients.refusal`; NULL: it does).
+    static func refusalsQuery(devices: [String], patients: [String]) -> PostgresQuery {
+        """
+        SELECT d.id AS device_id, p.id AS patient_id, \(sql: Recipients.refusal(device: "d", patient: "p.id")) AS refusal
+        FROM "PushDevice" d CROSS JOIN unnest(\(patients)::text[]) AS p(id)
+        WHERE d.id = ANY(\(devices)::text[])
+        """
+    }
+
     func runForPerson(_ person: Person, _ context: CommandContext) async throws -> any CommandReport {
         let (since, limit) = (self.since ?? Self.defaultPersonWindow, self.limit)
         return try await context.withDatabase { client, _ in
@@ -299,15 +340,10 @@ extension EventsCommand {
                 }
                 let events = try connection.query(Self.personEventsQuery(patients: patients, since: since, limit: limit)).map(EventCommand.Event.init)
                 let keys = Array(Set(events.compactMap { $0.eventKey ?? $0.computedKey }))
-                let deliveries = try connection.query("""
-                    SELECT pd.id, pd."eventKey" AS event_key, pd."patientId" AS patient_id, pd."pushDeviceId" AS device_id, pd.status, pd.attempts,
-                           pd."lastError" AS last_error, pd."sentAt" AS sent_at, pd."fcmMessageId" AS message_id
-                    FROM "PushDelivery" pd WHERE pd."eventKey" = ANY(\(keys)::text[]) AND pd."pushDeviceId" = ANY(\(deviceIds)::text[])
-                    """).map { row in
-                    KeyedDelivery(id: try row["id"].string(), eventKey: try row["event_key"].string(), patientId: row["patient_id"].optionalString(),
-                                  deviceId: try row["device_id"].string(), status: try row["status"].decode(DeliveryStatus.self),
-                                  attempts: try row["attempts"].int(), lastError: row["last_error"].optionalString(),
-                                  sentAt: try row["sent_at"].optionalDate(), fcmMessageId: row["message_id"].optionalString())
+                let deliveries = try connection.query(Self.keyedDeliveriesQuery(keys: keys, devices: deviceIds)).map(KeyedDelivery.init)
+                var refusals: [String: [String: Recipients.Refusal]] = [:]  // patient → device → why not a recipient
+                for row in try connection.query(Self.refusalsQuery(devices: deviceIds, patients: patients)) {
+                    refusals[try row["patient_id"].string(), default: [:]][try row["device_id"].string()] = try Recipients.refusal(row["refusal"])
                 }
                 let listed = events.map { event in
                     let key = event.eventKey ?? event.computedKey
@@ -315,8 +351,8 @@ extension EventsCommand {
                     let fates = devices.filter { linked[$0.ownerId] != nil }.map { device in
                         // A delivery of this patient's event (a row naming no patient predates migration 7: it goes with its key).
                         let delivery = deliveries.first { $0.deviceId == device.id && $0.eventKey == key && ($0.patientId == event.patientId || $0.patientId == nil) }
-                        return (device, Self.fate(event: event, device: device, linkStatus: linked[device.ownerId] ?? "absent", delivery: delivery,
-                                                  disables: disables[device.id] ?? []))
+                        return (device, Self.fate(event: event, device: device, linkStatus: linked[device.ownerId] ?? "absent",
+                                                  refusal: refusals[event.patientId]?[device.id], delivery: delivery, disables: disables[device.id] ?? []))
                     }
                     return (event: event, devices: fates)
                 }

@@ -82,15 +82,11 @@ struct ResendCommand: OperatorCommand {
     /// Delivery `id`'s event key and status.
     static func deliveryQuery(id: String) -> PostgresQuery { #"SELECT "eventKey" AS key, status FROM "PushDelivery" WHERE id = \#(id)"# }
 
-    /// The FAILED deliveries in scope (of `patient`'s event `key`; only delivery `only` when given), locked, with whether
-    /// their device can still be sent to (`EventFate.resend`: enabled, its owner's link to the patient ACTIVE, and
-    /// speaking for its token, as the fan-out judges it).
+    /// The FAILED deliveries in scope (of `patient`'s event `key`; only delivery `only` when given), locked, each with
+    /// why its device is no longer a recipient (`Recipients.refusal`, as the fan-out judges it; NULL: it still is).
     static func failedQuery(key: String, patient: String, only: String?) -> PostgresQuery {
         """
-        SELECT pd.id, coalesce(d."isEnabled", false) AS enabled, d.id IS NOT NULL AS device_exists,
-               d."ownerType" = 'CAREGIVER' AND EXISTS (SELECT 1 FROM "CaregiverPatientLink" l
-                       WHERE l."patientId" = \(patient) AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE') AS link_active,
-               \(sql: Recipients.speaksForToken) AS speaks
+        SELECT pd.id, \(sql: Recipients.refusal(device: "d", patient: "\(patient)")) AS refusal
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
         WHERE pd."eventKey" = \(key) AND (pd."patientId" = \(patient) OR pd."patientId" IS NULL)
           AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)
@@ -191,9 +187,7 @@ struct ResendCommand: OperatorCommand {
                 let age = try event["age_seconds"].double()
                 for row in failed {
                     let id = try row["id"].string()
-                    switch EventFate.resend(eventAgeSeconds: age, maxAge: settings.eventMaxAge, deviceExists: try row["device_exists"].bool(),
-                                            deviceEnabled: try row["enabled"].bool(), linkActive: try row["link_active"].bool(),
-                                            speaksForToken: try row["speaks"].bool()) {
+                    switch EventFate.resend(eventAgeSeconds: age, maxAge: settings.eventMaxAge, refusal: try Recipients.refusal(row["refusal"])) {
                     case .resend: eligible.append(id)
                     case .skip(let reason): skipped.append(Skip(id: id, reason: reason))
                     }

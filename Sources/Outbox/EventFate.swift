@@ -2,8 +2,8 @@ import Push
 import Timekeeping
 
 /// Every decision about what becomes of an outbox event or a delivery, in one place: the claimer, the fan-out's
-/// refusal, the writer, `redrive` and `resend` all ask here, and each outcome has one SQL write. Pure functions,
-/// table-tested (`EventFateTests`).
+/// refusal, the writer, `redrive` and `resend` all ask here, and each outcome has one SQL write (who is a recipient is
+/// `Recipients`' SQL). Pure functions, table-tested (`EventFateTests`).
 public enum EventFate {
     // MARK: Age
 
@@ -80,26 +80,22 @@ public enum EventFate {
 
     // MARK: Fanned out again
 
-    /// What a PENDING delivery left by an earlier attempt (or a crashed worker) becomes when its event is fanned out
-    /// again. Recipients are decided when the push leaves: it is sent under the new lease only while its
-    /// device is enabled, its owner's link to the event's patient is ACTIVE and the device is still its token's newest
-    /// registration; otherwise it ends FAILED with the reason (a disabled device stays disabled; `devices enable` is
-    /// the way back). The fan-out statement applies this rule in SQL (`OutboxStore.refusalSQL`).
-    public enum Reclaim: Sendable, Equatable {
-        case send
-        case failed(reason: String)
-    }
-
+    /// A PENDING delivery left by an earlier attempt (or a crashed worker) is sent under the new lease when its event is
+    /// fanned out again only while its device is still a recipient (`Recipients.refusal`: recipients are decided when
+    /// the push leaves); otherwise it ends FAILED with the reason `notSent` gives (a disabled device stays disabled;
+    /// `devices enable` is the way back). The fan-out statement writes it (`OutboxStore.refusalSQL`).
     public static let deviceDisabledBeforeSend = "device disabled before send"
     public static let linkNotActiveBeforeSend = "not sent: the caregiver's link to the patient is no longer ACTIVE"
     public static let tokenSupersededBeforeSend =
         "not sent: another registration of this token was seen more recently (the phone changed hands, or pushes were switched off there)"
 
-    public static func reclaimed(deviceEnabled: Bool, linkActive: Bool, speaksForToken: Bool) -> Reclaim {
-        guard deviceEnabled else { return .failed(reason: deviceDisabledBeforeSend) }
-        guard linkActive else { return .failed(reason: linkNotActiveBeforeSend) }
-        guard speaksForToken else { return .failed(reason: tokenSupersededBeforeSend) }
-        return .send
+    /// The `"lastError"` of a delivery the fan-out ends FAILED for `refusal` (a deleted device reads as a disabled one).
+    package static func notSent(_ refusal: Recipients.Refusal) -> String {
+        switch refusal {
+        case .deviceDeleted, .deviceDisabled: deviceDisabledBeforeSend
+        case .linkNotActive: linkNotActiveBeforeSend
+        case .tokenSuperseded: tokenSupersededBeforeSend
+        }
     }
 
     /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
@@ -149,16 +145,19 @@ public enum EventFate {
         case skip(reason: String)
     }
 
-    public static func resend(eventAgeSeconds: Double, maxAge: Duration, deviceExists: Bool, deviceEnabled: Bool, linkActive: Bool,
-                              speaksForToken: Bool) -> Resend {
+    /// `resend`'s verdict on a FAILED delivery of an event `eventAgeSeconds` old whose device `Recipients.refusal`
+    /// judged (`refusal` nil: still a recipient).
+    package static func resend(eventAgeSeconds: Double, maxAge: Duration, refusal: Recipients.Refusal?) -> Resend {
         if isPastMaxAge(ageSeconds: eventAgeSeconds, maxAge: maxAge) {
             return .skip(reason: "event past EVENT_MAX_AGE (\(DurationText.age(seconds: maxAge.asSeconds))): it would only expire")
         }
-        guard deviceExists else { return .skip(reason: "device deleted") }
-        guard deviceEnabled else { return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)") }
-        guard linkActive else { return .skip(reason: "the caregiver's link to the patient is no longer ACTIVE") }
-        guard speaksForToken else { return .skip(reason: "another registration of this token was seen more recently (the phone changed hands)") }
-        return .resend
+        switch refusal {
+        case nil: return .resend
+        case .deviceDeleted: return .skip(reason: "device deleted")
+        case .deviceDisabled: return .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)")
+        case .linkNotActive: return .skip(reason: "the caregiver's link to the patient is no longer ACTIVE")
+        case .tokenSuperseded: return .skip(reason: "another registration of this token was seen more recently (the phone changed hands)")
+        }
     }
 }
 

@@ -2,15 +2,6 @@ import FoundationEssentials
 import Postgres
 import Timekeeping
 
-/// Who receives a push, as SQL the fan-out and the operator commands share (docs/operations.md, "Who gets the push").
-package enum Recipients {
-    /// Whether device row `d` speaks for its token ("A token is one phone"): no other row of the token, enabled or not,
-    /// was seen more recently (ties go to the greater id). One probe of `"PushDevice_token_lastSeenAt_idx"`.
-    package static let speaksForToken: PostgresQuery = """
-        NOT EXISTS (SELECT 1 FROM "PushDevice" n WHERE n.token = d.token AND (n."lastSeenAt", n.id) > (d."lastSeenAt", d.id))
-        """
-}
-
 /// Every SQL statement of the delivery pipeline. Each method is one short transaction; no
 /// transaction stays open while HTTP requests are in flight.
 package struct OutboxStore: Sendable {
@@ -100,20 +91,9 @@ package struct OutboxStore: Sendable {
             52, 1), 53, 1), 'hex')::uuid::text
         """
 
-    /// `EventFate.reclaimed` in SQL, over device `d` (NULL when deleted) of a delivery for patient `e.patient_id`: NULL
-    /// when the delivery may still be sent, else why not.
-    static let refusalSQL: PostgresQuery = """
-        CASE WHEN d.id IS NULL OR NOT d."isEnabled" THEN \(sql: literal(EventFate.deviceDisabledBeforeSend))
-             WHEN d."ownerType" <> 'CAREGIVER' OR NOT EXISTS (
-                 SELECT 1 FROM "CaregiverPatientLink" l
-                 WHERE l."patientId" = e.patient_id AND l."caregiverId" = d."ownerId" AND l.status = 'ACTIVE')
-                 THEN \(sql: literal(EventFate.linkNotActiveBeforeSend))
-             WHEN NOT \(sql: Recipients.speaksForToken) THEN \(sql: literal(EventFate.tokenSupersededBeforeSend))
-        END
-        """
-
-    /// `text` as an SQL string literal (constants of this file only).
-    static func literal(_ text: String) -> PostgresQuery { "\(unescaped: "'" + text.replacing("'", with: "''") + "'")" }
+    /// The recipients rule (`Recipients.refusal`) over device `d` (NULL when deleted) of a delivery for patient
+    /// `e.patient_id`: NULL when the delivery may still be sent, else why not (`EventFate.notSent`).
+    static let refusalSQL = Recipients.refusal(device: "d", patient: "e.patient_id") { Recipients.literal(EventFate.notSent($0)) }
 
     /// The data-modifying part of `fanOutQuery` (data-modifying CTEs must be at the top level, so the
     /// benchmark's pgbench script appends its own final SELECT to these): `keys[i]` is an event of patient `patients[i]`.
@@ -122,10 +102,8 @@ package struct OutboxStore: Sendable {
         WITH events AS (
             SELECT * FROM unnest(\(keys)::text[], \(patients)::text[]) WITH ORDINALITY AS e(key, patient_id, ord)
         ), linked AS MATERIALIZED (
-            SELECT DISTINCT ON (e.key, d.id) e.key, e.patient_id, d.id AS device_id, d.token, \(sql: Recipients.speaksForToken) AS speaks
-            FROM events e
-            JOIN "CaregiverPatientLink" l ON l."patientId" = e.patient_id AND l.status = 'ACTIVE'
-            JOIN "PushDevice" d ON d."ownerType" = 'CAREGIVER' AND d."ownerId" = l."caregiverId" AND d."isEnabled"
+            SELECT DISTINCT ON (e.key, d.id) e.key, e.patient_id, d.id AS device_id, d.token, \(sql: Recipients.speaksForToken("d")) AS speaks
+            FROM events e \(sql: Recipients.linkedDevices(patient: "e.patient_id"))
             ORDER BY e.key, d.id, e.ord -- a device two events of one key reach goes with the first (one delivery per key and device)
         ), inserted AS (
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")

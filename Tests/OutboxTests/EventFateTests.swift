@@ -47,14 +47,12 @@ struct EventFateTests {
         #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
     }
 
-    @Test func reclaimedAtFanOut_perDevice() {
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: true) == .send)
-        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: true, speaksForToken: true) == .failed(reason: "device disabled before send"))
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: false, speaksForToken: true) == .failed(reason: EventFate.linkNotActiveBeforeSend))
-        #expect(EventFate.reclaimed(deviceEnabled: true, linkActive: true, speaksForToken: false)
-            == .failed(reason: EventFate.tokenSupersededBeforeSend))
-        // The first reason that holds is the one written.
-        #expect(EventFate.reclaimed(deviceEnabled: false, linkActive: false, speaksForToken: false) == .failed(reason: "device disabled before send"))
+    /// What a refused retry's delivery says (a deleted device reads as a disabled one).
+    @Test func notSent_perRefusal() {
+        #expect(EventFate.notSent(.deviceDeleted) == "device disabled before send")
+        #expect(EventFate.notSent(.deviceDisabled) == "device disabled before send")
+        #expect(EventFate.notSent(.linkNotActive) == EventFate.linkNotActiveBeforeSend)
+        #expect(EventFate.notSent(.tokenSuperseded) == EventFate.tokenSupersededBeforeSend)
     }
 
     /// (deliveries pending, attempts, max attempts) -> status.
@@ -93,15 +91,18 @@ struct EventFateTests {
     @Test func operatorCommands_ageRule() {
         #expect(EventFate.redrive(ageSeconds: 2 * 3600, maxAge: .seconds(86_400)) == .redrive)
         #expect(EventFate.redrive(ageSeconds: 30 * 3600, maxAge: .seconds(86_400)) == .skipPastMaxAge)
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true, speaksForToken: true) == .resend)
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: false, linkActive: true, speaksForToken: true)
+        let day = Duration.seconds(86_400)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: day, refusal: nil) == .resend)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: day, refusal: .deviceDisabled)
             == .skip(reason: "device disabled (a disabled device stays disabled; see `devices enable`)"))
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: false, deviceEnabled: false, linkActive: true, speaksForToken: true) == .skip(reason: "device deleted"))
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: false,
-                                 speaksForToken: true) == .skip(reason: "the caregiver's link to the patient is no longer ACTIVE"))
-        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true,
-                                 speaksForToken: false) == .skip(reason: "another registration of this token was seen more recently (the phone changed hands)"))
-        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: .seconds(86_400), deviceExists: true, deviceEnabled: true, linkActive: true, speaksForToken: true)
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: day, refusal: .deviceDeleted) == .skip(reason: "device deleted"))
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: day, refusal: .linkNotActive)
+            == .skip(reason: "the caregiver's link to the patient is no longer ACTIVE"))
+        #expect(EventFate.resend(eventAgeSeconds: 3600, maxAge: day, refusal: .tokenSuperseded)
+            == .skip(reason: "another registration of this token was seen more recently (the phone changed hands)"))
+        // The age comes first: an old event is not resent whoever its recipients are.
+        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: day, refusal: nil) == .skip(reason: "event past EVENT_MAX_AGE (24.0h): it would only expire"))
+        #expect(EventFate.resend(eventAgeSeconds: 30 * 3600, maxAge: day, refusal: .deviceDisabled)
             == .skip(reason: "event past EVENT_MAX_AGE (24.0h): it would only expire"))
     }
 
