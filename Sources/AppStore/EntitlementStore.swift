@@ -33,7 +33,8 @@ struct EntitlementStore: Sendable {
     }
 
     /// Rows the loop looks after: ACTIVE, and REVOKED ones this worker revoked (`"revokedAt"` set).
-    static let eligible: PostgresQuery = #"(status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL))"#
+    static let eligible: PostgresQuery =
+        #"(status = \#(literal: EntitlementStatus.active) OR (status = \#(literal: EntitlementStatus.revoked) AND "revokedAt" IS NOT NULL))"#
     /// When the row is due (never scheduled: first of all).
     static let due: PostgresQuery = #"COALESCE("nextCheckAt", '-infinity'::timestamptz)"#
     /// The schedule after a verified answer: failures reset, due again after about `interval` (less up to a tenth).
@@ -101,7 +102,7 @@ struct EntitlementStore: Sendable {
         case .revoke(let date, let reason, let kind):
             return """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'REVOKED', "revokedAt" = \(date), "revocationReason" = \(reason), "revocationType" = \(kind.type),
+                SET status = \(literal: EntitlementStatus.revoked), "revokedAt" = \(date), "revocationReason" = \(reason), "revocationType" = \(kind.type),
                     "revocationPercentage" = \(kind.percentage)::integer, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
                 WHERE id = \(id) AND \(sql: eligible)
                 """
@@ -109,17 +110,17 @@ struct EntitlementStore: Sendable {
             return """
                 UPDATE "CaregiverEntitlement" SET "revokedAt" = \(date), "revocationReason" = \(reason), "revocationType" = \(kind.type),
                     "revocationPercentage" = \(kind.percentage)::integer, "updatedAt" = now()
-                WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" < \(date)
+                WHERE id = \(id) AND status = \(literal: EntitlementStatus.revoked) AND "revokedAt" < \(date)
                 """
         case .restore(let reversedAt):
             return """
                 UPDATE "CaregiverEntitlement"
-                SET status = 'ACTIVE', "revokedAt" = NULL, "revocationReason" = NULL, "revocationType" = NULL, "revocationPercentage" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
-                WHERE id = \(id) AND status = 'REVOKED' AND "revokedAt" IS NOT NULL AND (\(reversedAt)::timestamptz IS NULL OR "revokedAt" < \(reversedAt))
+                SET status = \(literal: EntitlementStatus.active), "revokedAt" = NULL, "revocationReason" = NULL, "revocationType" = NULL, "revocationPercentage" = NULL, "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next)
+                WHERE id = \(id) AND status = \(literal: EntitlementStatus.revoked) AND "revokedAt" IS NOT NULL AND (\(reversedAt)::timestamptz IS NULL OR "revokedAt" < \(reversedAt))
                 """
         case .stillActive:
             return """
-                UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next) WHERE id = \(id) AND status = 'ACTIVE'
+                UPDATE "CaregiverEntitlement" SET "lastCheckedAt" = now(), "updatedAt" = now(), \(sql: next) WHERE id = \(id) AND status = \(literal: EntitlementStatus.active)
                 """
         }
     }
@@ -249,3 +250,5 @@ struct EntitlementStore: Sendable {
         try await SingletonLease(name: name, duration: duration).whileHeld(on: leaseConnection, body)
     }
 }
+
+extension EntitlementStatus: PostgresLiteral {}

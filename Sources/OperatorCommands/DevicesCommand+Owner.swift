@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JSON
+import Outbox
 import Postgres
 import TextSupport
 
@@ -62,14 +63,14 @@ extension DevicesCommand {
     static func lastSentQuery(devices: [String]) -> PostgresQuery {
         """
         SELECT DISTINCT ON (pd."pushDeviceId") pd."pushDeviceId" AS device_id, pd."sentAt" AS sent_at, pd."eventKey" AS event_key, pd.id
-        FROM "PushDelivery" pd WHERE pd."pushDeviceId" = ANY(\(devices)::text[]) AND pd.status = 'SENT'
+        FROM "PushDelivery" pd WHERE pd."pushDeviceId" = ANY(\(devices)::text[]) AND pd.status = \(literal: DeliveryStatus.sent)
         ORDER BY pd."pushDeviceId", pd."sentAt" DESC NULLS LAST, pd."createdAt" DESC
         """
     }
 
     static func ownerReport(_ owner: String, _ connection: PostgresConnection) throws -> OwnerReport {
         let devices = try connection.query(#"""
-            \#(sql: EventsCommand.Device.query) WHERE d."ownerType" = 'CAREGIVER' AND d."ownerId" = \#(owner) ORDER BY d."lastSeenAt" DESC NULLS LAST, d.id
+            \#(sql: EventsCommand.Device.query) WHERE d."ownerType" = \#(literal: OwnerType.caregiver) AND d."ownerId" = \#(owner) ORDER BY d."lastSeenAt" DESC NULLS LAST, d.id
             """#).map(EventsCommand.Device.init)
         if devices.isEmpty, try !connection.query(EventsCommand.existsQuery(.caregiver(owner)))[0]["found"].bool() {
             throw CommandFailure("no caregiver has id \(Printable.escaped(owner)) (no link and no registered device)", details: ["ownerId": .string(owner)])

@@ -169,7 +169,7 @@ struct EventCommand: OperatorCommand {
     static func skippedQuery(key: String?, patient: String) -> PostgresQuery {
         """
         \(sql: EventsCommand.Device.query)
-        WHERE d."ownerType" = 'CAREGIVER' AND d."ownerId" IN (SELECT l."caregiverId" FROM "CaregiverPatientLink" l WHERE l."patientId" = \(patient))
+        WHERE d."ownerType" = \(literal: OwnerType.caregiver) AND d."ownerId" IN (SELECT l."caregiverId" FROM "CaregiverPatientLink" l WHERE l."patientId" = \(patient))
           AND \(sql: Recipients.refusal(device: "d", patient: "\(patient)")) = \(sql: Recipients.code(.tokenSuperseded))
           AND NOT EXISTS (SELECT 1 FROM "PushDelivery" pd WHERE pd."eventKey" = \(key) AND pd."pushDeviceId" = d.id)
         ORDER BY d.id

@@ -274,7 +274,7 @@ extension EventsCommand {
         case .caregiver(let id):
             #"""
             SELECT EXISTS (SELECT 1 FROM "CaregiverPatientLink" WHERE "caregiverId" = \#(id))
-                OR EXISTS (SELECT 1 FROM "PushDevice" WHERE "ownerType" = 'CAREGIVER' AND "ownerId" = \#(id)) AS found
+                OR EXISTS (SELECT 1 FROM "PushDevice" WHERE "ownerType" = \#(literal: OwnerType.caregiver) AND "ownerId" = \#(id)) AS found
             """#
         }
     }
@@ -330,7 +330,7 @@ extension EventsCommand {
                 case .caregiver(let id): (patients, caregivers) = (links.keys.sorted(), [id])
                 }
                 let devices = try connection.query(#"""
-                    \#(sql: Device.query) WHERE d."ownerType" = 'CAREGIVER' AND d."ownerId" = ANY(\#(caregivers)::text[]) ORDER BY d."ownerId", d.id
+                    \#(sql: Device.query) WHERE d."ownerType" = \#(literal: OwnerType.caregiver) AND d."ownerId" = ANY(\#(caregivers)::text[]) ORDER BY d."ownerId", d.id
                     """#).map(Device.init)
                 let deviceIds = devices.map(\.id)
                 var disables: [String: [LedgerDisable]] = [:]

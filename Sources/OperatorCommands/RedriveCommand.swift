@@ -56,7 +56,7 @@ struct RedriveCommand: OperatorCommand {
         return """
         SELECT id, extract(epoch FROM now() - "createdAt")::double precision AS age_seconds
         FROM "PushOutbox"
-        WHERE status = 'DEAD' AND (\(eventId)::bigint IS NULL OR id = \(eventId)::bigint)
+        WHERE status = \(literal: OutboxStatus.dead) AND (\(eventId)::bigint IS NULL OR id = \(eventId)::bigint)
           AND (\(seconds)::double precision IS NULL OR "processedAt" > now() - make_interval(secs => \(seconds)::double precision))
         ORDER BY id
         FOR UPDATE
@@ -67,9 +67,9 @@ struct RedriveCommand: OperatorCommand {
     static func redriveQuery(ids: [Int64]) -> PostgresQuery {
         """
         UPDATE "PushOutbox"
-        SET status = 'PENDING', attempts = 0, "availableAt" = now(), "processedAt" = NULL,
+        SET status = \(literal: OutboxStatus.pending), attempts = 0, "availableAt" = now(), "processedAt" = NULL,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        WHERE id = ANY(\(ids)::bigint[]) AND status = 'DEAD'
+        WHERE id = ANY(\(ids)::bigint[]) AND status = \(literal: OutboxStatus.dead)
         RETURNING id
         """
     }

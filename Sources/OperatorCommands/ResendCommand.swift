@@ -89,7 +89,7 @@ struct ResendCommand: OperatorCommand {
         SELECT pd.id, \(sql: Recipients.refusal(device: "d", patient: "\(patient)")) AS refusal
         FROM "PushDelivery" pd LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
         WHERE pd."eventKey" = \(key) AND (pd."patientId" = \(patient) OR pd."patientId" IS NULL)
-          AND pd.status = 'FAILED' AND (\(only)::text IS NULL OR pd.id = \(only)::text)
+          AND pd.status = \(literal: DeliveryStatus.failed) AND (\(only)::text IS NULL OR pd.id = \(only)::text)
         ORDER BY pd."createdAt", pd.id
         FOR UPDATE OF pd
         """
@@ -99,9 +99,9 @@ struct ResendCommand: OperatorCommand {
     static func resendDeliveriesQuery(ids: [String]) -> PostgresQuery {
         """
         UPDATE "PushDelivery"
-        SET status = 'PENDING', attempts = 0, "leaseToken" = NULL, "leaseExpiresAt" = NULL,
+        SET status = \(literal: DeliveryStatus.pending), attempts = 0, "leaseToken" = NULL, "leaseExpiresAt" = NULL,
             "lastError" = 'resend requested; before: ' || coalesce("lastError", '-')
-        WHERE id = ANY(\(ids)::text[]) AND status = 'FAILED'
+        WHERE id = ANY(\(ids)::text[]) AND status = \(literal: DeliveryStatus.failed)
         RETURNING id
         """
     }
@@ -110,9 +110,9 @@ struct ResendCommand: OperatorCommand {
     static func reopenEventQuery(id: Int64) -> PostgresQuery {
         """
         UPDATE "PushOutbox"
-        SET status = 'PENDING', attempts = 0, "availableAt" = now(), "processedAt" = NULL, "lastError" = NULL,
+        SET status = \(literal: OutboxStatus.pending), attempts = 0, "availableAt" = now(), "processedAt" = NULL, "lastError" = NULL,
             "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
-        WHERE id = \(id) AND status IN ('DONE', 'DEAD')
+        WHERE id = \(id) AND status IN (\(literal: OutboxStatus.done), \(literal: OutboxStatus.dead))
         """
     }
 

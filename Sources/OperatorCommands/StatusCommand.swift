@@ -99,11 +99,11 @@ struct StatusCommand: OperatorCommand {
         WITH estimate AS (
             SELECT coalesce((SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('"PushOutbox_finished_idx"')), 0) AS finished
         )
-        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
-               (SELECT count(*) FROM "PushOutbox" WHERE status = 'DEAD') AS dead,
-               (SELECT count(*) FROM "PushOutbox" WHERE status = 'EXPIRED') AS expired,
+        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.pending)) AS pending,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.dead)) AS dead,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.expired)) AS expired,
                estimate.finished,
-               CASE WHEN estimate.finished < \(doneCountLimit) THEN (SELECT count(*) FROM "PushOutbox" WHERE status = 'DONE') END AS done
+               CASE WHEN estimate.finished < \(doneCountLimit) THEN (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.done)) END AS done
         FROM estimate
         """
 
@@ -111,16 +111,16 @@ struct StatusCommand: OperatorCommand {
     static let pendingQuery: PostgresQuery = """
         SELECT extract(epoch FROM now() - min("createdAt"))::double precision AS oldest,
                count(*) FILTER (WHERE "availableAt" <= now()) AS due
-        FROM "PushOutbox" WHERE status = 'PENDING'
+        FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.pending)
         """
 
     /// Deliveries of the last hour by status, the SENT ones the API's inline sender wrote (it leaves "sentAt" empty; the
     /// worker always writes it), and devices disabled in it.
     static let recentQuery: PostgresQuery = """
-        SELECT (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'PENDING') AS pending,
-               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT') AS sent,
-               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'SENT' AND "sentAt" IS NULL) AS inline,
-               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = 'FAILED') AS failed,
+        SELECT (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = \(literal: DeliveryStatus.pending)) AS pending,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = \(literal: DeliveryStatus.sent)) AS sent,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = \(literal: DeliveryStatus.sent) AND "sentAt" IS NULL) AS inline,
+               (SELECT count(*) FROM "PushDelivery" WHERE "createdAt" > now() - interval '1 hour' AND status = \(literal: DeliveryStatus.failed)) AS failed,
                (SELECT count(*) FROM "PushDeviceDisabled" WHERE "disabledAt" > now() - interval '1 hour') AS disabled
         """
 
@@ -128,7 +128,7 @@ struct StatusCommand: OperatorCommand {
     static let sizesQuery: PostgresQuery = """
         SELECT pg_total_relation_size('"PushOutbox"') AS outbox, pg_total_relation_size('"PushDelivery"') AS delivery,
                (SELECT extract(epoch FROM now() - min("processedAt"))::double precision FROM "PushOutbox"
-                WHERE status IN ('DONE', 'EXPIRED')) AS oldest_finished
+                WHERE status IN (\(literal: OutboxStatus.done), \(literal: OutboxStatus.expired))) AS oldest_finished
         """
 
     func run(_ context: CommandContext) async throws -> any CommandReport {

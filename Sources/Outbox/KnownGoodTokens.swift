@@ -40,7 +40,7 @@ package struct KnownGoodTokens: Sendable {
             SELECT token, "sentAt" FROM (
                 SELECT DISTINCT ON (d.token) d.token, s."sentAt" FROM (
                     SELECT pd."pushDeviceId", pd."sentAt" FROM "PushDelivery" pd
-                    WHERE pd.status = 'SENT' AND pd."sentAt" IS NOT NULL
+                    WHERE pd.status = \(literal: DeliveryStatus.sent) AND pd."sentAt" IS NOT NULL
                     ORDER BY pd."createdAt" DESC LIMIT 2000
                 ) s JOIN "PushDevice" d ON d.id = s."pushDeviceId"
                 WHERE d."isEnabled" AND d.token <> ALL(\(excluding)::text[])

@@ -30,7 +30,7 @@ package struct OutboxStore: Sendable {
         """
         WITH due AS (
             SELECT ctid FROM "PushOutbox"
-            WHERE status = 'PENDING' AND "availableAt" <= now()
+            WHERE status = \(literal: OutboxStatus.pending) AND "availableAt" <= now()
             ORDER BY "availableAt", id
             LIMIT \(limit)
             FOR UPDATE SKIP LOCKED
@@ -107,7 +107,7 @@ package struct OutboxStore: Sendable {
             ORDER BY e.key, d.id, e.ord -- a device two events of one key reach goes with the first (one delivery per key and device)
         ), inserted AS (
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "leaseToken", "leaseExpiresAt")
-            SELECT \(sql: deliveryIdSQL), t.key, t.device_id, t.patient_id, 'PENDING', 1, now(), \(token.text)::uuid,
+            SELECT \(sql: deliveryIdSQL), t.key, t.device_id, t.patient_id, \(literal: DeliveryStatus.pending), 1, now(), \(token.text)::uuid,
                    now() + make_interval(secs => \(lease.asSeconds)::double precision)
             FROM linked t WHERE t.speaks
             ON CONFLICT ("eventKey", "pushDeviceId") DO NOTHING -- a row the inline sender wrote is SENT and stays so
@@ -127,22 +127,22 @@ package struct OutboxStore: Sendable {
             SELECT pd.id, e.patient_id, (SELECT \(sql: refusalSQL)
                                         FROM (SELECT 1) one LEFT JOIN "PushDevice" d ON d.id = pd."pushDeviceId" OFFSET 0) AS refusal
             FROM earlier e JOIN "PushDelivery" pd ON pd."eventKey" = e.key AND (pd."patientId" = e.patient_id OR pd."patientId" IS NULL)
-            WHERE pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+            WHERE pd.status = \(literal: DeliveryStatus.pending) AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
         ), reclaimed AS (
             UPDATE "PushDelivery" pd
             SET attempts = pd.attempts + 1, "patientId" = w.patient_id, "leaseToken" = \(token.text)::uuid,
                 "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
             FROM waiting w
             WHERE pd.id = w.id AND w.refusal IS NULL
-              AND pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+              AND pd.status = \(literal: DeliveryStatus.pending) AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id, pd."eventKey", pd."pushDeviceId", pd."patientId",
                       (SELECT d.token FROM "PushDevice" d WHERE d.id = pd."pushDeviceId") AS token
         ), failed AS (
             UPDATE "PushDelivery" pd
-            SET status = 'FAILED', "lastError" = w.refusal, "patientId" = w.patient_id, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+            SET status = \(literal: DeliveryStatus.failed), "lastError" = w.refusal, "patientId" = w.patient_id, "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM waiting w
             WHERE pd.id = w.id AND w.refusal IS NOT NULL
-              AND pd.status = 'PENDING' AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
+              AND pd.status = \(literal: DeliveryStatus.pending) AND (pd."leaseExpiresAt" IS NULL OR pd."leaseExpiresAt" < now())
             RETURNING pd.id
         )
         """

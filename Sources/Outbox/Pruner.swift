@@ -40,7 +40,7 @@ public final class Pruner: PeriodicJob {
         """
         DELETE FROM "PushOutbox" WHERE id IN (
             SELECT id FROM "PushOutbox"
-            WHERE status IN ('DONE', 'EXPIRED') AND "processedAt" < now() - make_interval(secs => \(retention.asSeconds)::double precision)
+            WHERE status IN (\(literal: OutboxStatus.done), \(literal: OutboxStatus.expired)) AND "processedAt" < now() - make_interval(secs => \(retention.asSeconds)::double precision)
             LIMIT \(limit))
         """
     }
@@ -51,7 +51,7 @@ public final class Pruner: PeriodicJob {
         DELETE FROM "PushDelivery" WHERE id IN (
             SELECT pd.id FROM "PushDelivery" pd
             WHERE pd."createdAt" < now() - make_interval(secs => \(retention.asSeconds)::double precision)
-              AND NOT EXISTS (SELECT 1 FROM "PushOutbox" o WHERE o.status = 'PENDING' AND o."eventKey" = pd."eventKey")
+              AND NOT EXISTS (SELECT 1 FROM "PushOutbox" o WHERE o.status = \(literal: OutboxStatus.pending) AND o."eventKey" = pd."eventKey")
             LIMIT \(limit))
         """
     }

@@ -29,12 +29,12 @@ public final class QueueGauges: Sendable {
 
     /// Events PENDING, DEAD and EXPIRED (counted), finished (estimated from the index), the oldest PENDING one's age.
     static let countQuery: PostgresQuery = """
-        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'PENDING') AS pending,
-               (SELECT count(*) FROM "PushOutbox" WHERE status = 'DEAD') AS dead,
-               (SELECT count(*) FROM "PushOutbox" WHERE status = 'EXPIRED') AS expired,
+        SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.pending)) AS pending,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.dead)) AS dead,
+               (SELECT count(*) FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.expired)) AS expired,
                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = to_regclass('"PushOutbox_finished_idx"')) AS finished,
                (SELECT coalesce(extract(epoch FROM now() - min("createdAt")), 0)::double precision
-                FROM "PushOutbox" WHERE status = 'PENDING') AS oldest
+                FROM "PushOutbox" WHERE status = \(literal: OutboxStatus.pending)) AS oldest
         """
 
     /// The ages (days without `"lastSeenAt"` moving) at which an enabled registration counts as stale: Firebase calls a
@@ -47,7 +47,7 @@ public final class QueueGauges: Sendable {
     static let staleQuery: PostgresQuery = """
         SELECT count(*) FILTER (WHERE "lastSeenAt" < now() - interval '60 days') AS days_60,
                count(*) FILTER (WHERE "lastSeenAt" < now() - interval '270 days') AS days_270
-        FROM "PushDevice" WHERE "isEnabled" AND "ownerType" = 'CAREGIVER' AND "lastSeenAt" < now() - interval '60 days'
+        FROM "PushDevice" WHERE "isEnabled" AND "ownerType" = \(literal: OwnerType.caregiver) AND "lastSeenAt" < now() - interval '60 days'
         """
 
     let client: PostgresClient

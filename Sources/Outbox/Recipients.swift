@@ -69,11 +69,11 @@ package enum Recipients {
 
     /// Link row `l` is an ACTIVE link to `patient`.
     static func activeLink(_ l: String, patient: PostgresQuery) -> PostgresQuery {
-        "\(unescaped: l).\"patientId\" = \(sql: patient) AND \(unescaped: l).status = 'ACTIVE'"
+        "\(unescaped: l).\"patientId\" = \(sql: patient) AND \(unescaped: l).status = \(literal: LinkStatus.active)"
     }
 
     /// Device row `d` is a caregiver's (the ownerType outside the link's subquery: a test of the row, not per link).
-    static func caregivers(_ d: String) -> PostgresQuery { "\(unescaped: d).\"ownerType\" = 'CAREGIVER'" }
+    static func caregivers(_ d: String) -> PostgresQuery { "\(unescaped: d).\"ownerType\" = \(literal: OwnerType.caregiver)" }
 
     /// Device row `d` belongs to the caregiver of link row `l`.
     static func owner(_ d: String, of l: String) -> PostgresQuery { "\(unescaped: d).\"ownerId\" = \(unescaped: l).\"caregiverId\"" }

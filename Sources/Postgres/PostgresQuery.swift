@@ -60,6 +60,13 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: [Double]) { appendInterpolation(PostgresValue.doubleArray(value)) }
         public mutating func appendInterpolation(_ value: [Date]) { appendInterpolation(PostgresValue.timestampArray(value)) }
 
+        /// A value of a closed set the schema knows (a status, an owner type) written as an SQL string literal, not
+        /// bound: a partial index's predicate (`WHERE status = 'PENDING'`) is matched only by a literal, and a generic
+        /// plan keeps it. The one way a status reaches SQL outside the migrations.
+        public mutating func appendInterpolation(literal value: some PostgresLiteral) {
+            sql += "'" + value.rawValue.replacing("'", with: "''") + "'"
+        }
+
         /// SQL text pasted as is: only text the program builds from constants (an identifier quoted with
         /// `PostgresConnection.quoteIdentifier`, a generated CASE), never a value or anything a user wrote.
         public mutating func appendInterpolation(unescaped text: String) { sql += text }
@@ -168,3 +175,8 @@ extension PostgresCell {
     /// The cell as a Swift type (`row["id"].decode(Int64.self)`).
     public func decode<Value: PostgresDecodable>(_ type: Value.Type) throws(PostgresError) -> Value { try Value.decode(self) }
 }
+
+/// A closed set of values one text column holds (`"PushOutbox".status`, `"PushDevice"."ownerType"`): its raw values are
+/// the column's strings, written into SQL as literals with `\(literal: value)`.
+public protocol PostgresLiteral: RawRepresentable, Sendable where RawValue == String {}
+
