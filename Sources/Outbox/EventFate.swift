@@ -73,7 +73,7 @@ public enum EventFate {
         case .sent(let name): .sent(messageName: name)
         case .permanentFailure(let reason): .failed(reason: reason)
         case .retry(let reason, _, _): .retry(reason: reason)
-        case .tokenInvalid(let reason, let witnessed): .failedDisablingDevice(code: disableCode(reason), reason: reason, witnessed: witnessed)
+        case .tokenInvalid(let answer, let witnessed): .failedDisablingDevice(code: answer.deviceCode, reason: answer.reason, witnessed: witnessed)
         case .notSent: .release
         }
     }
@@ -100,12 +100,6 @@ public enum EventFate {
         guard linkActive else { return .failed(reason: linkNotActiveBeforeSend) }
         guard speaksForToken else { return .failed(reason: tokenSupersededBeforeSend) }
         return .send
-    }
-
-    /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
-    public static func disableCode(_ reason: String) -> String {
-        let code = String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber })
-        return code.isEmpty ? reason : code
     }
 
     // MARK: At settlement

@@ -38,12 +38,12 @@ struct EventFateTests {
         #expect(EventFate.delivery(.sent(messageName: "projects/p/messages/1")) == .sent(messageName: "projects/p/messages/1"))
         #expect(EventFate.delivery(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) == .failed(reason: "THIRD_PARTY_AUTH_ERROR"))
         #expect(EventFate.delivery(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)) == .retry(reason: "UNAVAILABLE"))
-        #expect(EventFate.delivery(.tokenInvalid(reason: "UNREGISTERED")) == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED"))
+        #expect(EventFate.delivery(.tokenInvalid(.unregistered)) == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED"))
         // Google's plain 404 is UNREGISTERED in the ledger; whether it was witnessed goes with it to the disable statement.
-        #expect(EventFate.delivery(.tokenInvalid(reason: "UNREGISTERED: 404 NOT_FOUND without an FcmError detail", witnessed: false))
+        #expect(EventFate.delivery(.tokenInvalid(.notFound, witnessed: false))
                 == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED: 404 NOT_FOUND without an FcmError detail", witnessed: false))
-        #expect(EventFate.delivery(.tokenInvalid(reason: "INVALID_ARGUMENT: registration token")) ==
-            .failedDisablingDevice(code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT: registration token"))
+        #expect(EventFate.delivery(.tokenInvalid(.invalidToken)) ==
+            .failedDisablingDevice(code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT"))
         #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
     }
 

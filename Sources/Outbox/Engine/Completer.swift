@@ -113,7 +113,7 @@ final class Completer: Sendable {
                 continue
             case .record(let send, let outcome):
                 var disabling: (device: String, reason: String)?
-                if case .tokenInvalid(let reason, _) = outcome { disabling = (send.delivery.deviceId, reason) }
+                if case .tokenInvalid(let answer, _) = outcome { disabling = (send.delivery.deviceId, answer.reason) }
                 entries.append(.record(DeliveryResult(delivery: send.delivery, outcome: outcome),
                                        .init(group: send.group, delivery: send.delivery.id), disabling: disabling))
             case .release(let send):
@@ -150,9 +150,9 @@ final class Completer: Sendable {
         case .sent:
             metrics.delivered(.sent)
             if let createdAt = send.createdAt { metrics.waited(seconds: Date().timeIntervalSince(createdAt)) }
-        case .tokenInvalid(let reason, _):
+        case .tokenInvalid(let answer, _):
             metrics.delivered(.tokenInvalid)
-            logger.info("device token is no longer valid", metadata: metadata(send, reason))
+            logger.info("device token is no longer valid", metadata: metadata(send, answer.reason))
         case .permanentFailure(let reason):
             metrics.delivered(.failed)
             logger.error("push failed permanently; operator action needed", metadata: metadata(send, reason))
