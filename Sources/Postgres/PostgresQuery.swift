@@ -58,6 +58,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: [Int64]) { appendInterpolation(PostgresValue.intArray(value)) }
         public mutating func appendInterpolation(_ value: [String?]) { appendInterpolation(PostgresValue.optionalTextArray(value)) }
         public mutating func appendInterpolation(_ value: [Double]) { appendInterpolation(PostgresValue.doubleArray(value)) }
+        public mutating func appendInterpolation(_ value: [Double?]) { appendInterpolation(PostgresValue.optionalDoubleArray(value)) }
         public mutating func appendInterpolation(_ value: [Date]) { appendInterpolation(PostgresValue.timestampArray(value)) }
 
         /// SQL text pasted as is: only text the program builds from constants (an identifier quoted with

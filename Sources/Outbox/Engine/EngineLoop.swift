@@ -181,13 +181,14 @@ actor EngineLoop {
             guard !answers.isEmpty else { return }
             var actions: [EngineStateMachine.Action] = []
             let now = ContinuousClock.now
+            // One wall-clock reading per batch: a SENT delivery's `"sentAt"`.
+            let answeredAt = Date()
             for (send, outcome, answerTime) in answers {
-                writer.report(send, outcome)
                 if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: machine.isWindowFull) {
                     machine.setWindow(limit)
                     windowGauge?.set(Double(limit))
                 }
-                actions += machine.answered(send, outcome, abandoning: abandoning)
+                actions += machine.answered(send, outcome, at: answeredAt, abandoning: abandoning)
             }
             perform(actions)
             onProgress()
