@@ -203,10 +203,11 @@ actor EngineLoop {
         afterTransition()
     }
 
-    /// Hands the writes to the writer in the machine's order, then starts the sends.
+    /// Hands the writes to the writer in the machine's order, then starts the sends (a send never goes to the writer:
+    /// a transition that only starts sends skips it).
     private func perform(_ actions: [EngineStateMachine.Action]) {
         guard !actions.isEmpty else { return }
-        writer.accept(actions, starved: machine.isStarved)
+        if actions.contains(where: { if case .send = $0 { false } else { true } }) { writer.accept(actions, starved: machine.isStarved) }
         for case .send(let send) in actions {
             let started = ContinuousClock.now
             sender.start(send.push) { [self] outcome in answered(send, outcome, after: .now - started) }
