@@ -215,7 +215,7 @@ extension OutboxStore {
     }
 
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
-        var written = DeliveryColumns(), disable = DisableColumns()
+        var written = DeliveryColumns(capacity: completion.deliveries.count), disable = DisableColumns()
         for (send, write) in completion.deliveries {
             written.append(send.delivery, write.columns)
             if case .disable(let answer, let witnessed, let sendStartedAt) = write {
@@ -258,6 +258,13 @@ extension OutboxStore {
     struct DeliveryColumns {
         var ids: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = [], keys: [String] = []
         var sentAt: [Double?] = [], sendStartedAt: [Double?] = []
+
+        /// Room for `capacity` writes: one allocation per column per flush.
+        init(capacity: Int) {
+            ids.reserveCapacity(capacity); kinds.reserveCapacity(capacity); details.reserveCapacity(capacity)
+            tokens.reserveCapacity(capacity); keys.reserveCapacity(capacity)
+            sentAt.reserveCapacity(capacity); sendStartedAt.reserveCapacity(capacity)
+        }
 
         mutating func append(_ delivery: ClaimedDelivery, _ columns: DeliveryWrite.Columns) {
             ids.append(delivery.id); keys.append(delivery.eventKey); tokens.append(delivery.lease.text)
