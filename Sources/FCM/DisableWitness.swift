@@ -1,3 +1,5 @@
+import Push
+
 /// A disable needs a witness (SPEC §3; docs/operations.md, "A disable needs a witness"). FCM answers UNREGISTERED, a
 /// plain 404 NOT_FOUND, an invalid token or SENDER_ID_MISMATCH both for one dead token and for every token when the
 /// project, the key, the URL or a proxy is wrong; only another token tells which. The answer is evidence against its
@@ -103,18 +105,6 @@ package struct DisableWitness<Waiter> {
 }
 
 extension DisableWitness: Sendable where Waiter: Sendable {}
-
-/// An answer that would disable its device; the raw value names it in `/readyz`, the log and the metrics.
-package enum DisablingAnswer: String, Sendable, Equatable, CaseIterable {
-    /// 404 with the FcmError detail UNREGISTERED.
-    case unregistered = "UNREGISTERED"
-    /// Google's plain 404 NOT_FOUND without an FcmError detail.
-    case notFound = "NOT_FOUND"
-    /// 400 INVALID_ARGUMENT naming the registration token.
-    case invalidToken = "INVALID_ARGUMENT"
-    /// 403 SENDER_ID_MISMATCH.
-    case senderIdMismatch = "SENDER_ID_MISMATCH"
-}
 
 /// What becomes of a disabling answer.
 package enum DisableVerdict: Sendable, Equatable {

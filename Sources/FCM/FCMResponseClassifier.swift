@@ -6,11 +6,14 @@ import Timekeeping
 
 /// Maps an FCM HTTP v1 response to an outcome, per docs/operations.md, "When FCM fails".
 public enum FCMResponseClassifier {
-    /// A classified response. `unauthenticated` asks the sender to refresh its token and retry once;
-    /// `projectFault` is a fault of the project or the path to FCM, not of the device: nothing
-    /// is disabled or failed, the send is retried and the sender pauses as a whole.
+    /// A classified response. `overloaded`: FCM or the project's quota cannot take more now (a 5xx, UNAVAILABLE, INTERNAL,
+    /// the project's QUOTA_EXCEEDED): the send is retried and the sender pauses as a whole, at least `quotaPause` for the
+    /// quota. `unauthenticated` asks the sender to refresh its token and retry once; `projectFault` is a fault of the
+    /// project or the path to FCM, not of the device: nothing is disabled or failed, the send is retried and the sender
+    /// pauses as a whole.
     public enum Result: Sendable, Equatable {
         case outcome(SendOutcome)
+        case overloaded(reason: String, retryAfter: Duration?, minimumBackoff: Duration?, quota: Bool)
         case unauthenticated
         case projectFault(reason: String, retryAfter: Duration?)
     }
@@ -21,9 +24,6 @@ public enum FCMResponseClassifier {
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
     static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
-    /// The disable reason of Google's plain 404 NOT_FOUND (no FcmError detail): UNREGISTERED for the device (its code in
-    /// the ledger), NOT_FOUND for the brake.
-    public static let plainNotFoundReason = "UNREGISTERED: 404 NOT_FOUND without an FcmError detail"
     /// The retry reason of a 429 for one device's message rate (not the project's quota).
     public static let deviceQuotaReason = "QUOTA_EXCEEDED_DEVICE"
     /// The retry reason of a 429 for the project's quota.
@@ -97,27 +97,27 @@ public enum FCMResponseClassifier {
             if error?.isDeviceQuota == true {
                 return .outcome(.retry(reason: deviceQuotaReason, after: retryAfter, minimumBackoff: nil))
             }
-            return .outcome(.retry(reason: projectQuotaReason, after: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil))
+            return .overloaded(reason: projectQuotaReason, retryAfter: retryAfter, minimumBackoff: retryAfter == nil ? .seconds(60) : nil, quota: true)
         }
         if status >= 500 {
             let reason = status == 503 ? "UNAVAILABLE" : status == 500 ? "INTERNAL" : "HTTP \(status)"
-            return .outcome(.retry(reason: reason, after: retryAfter, minimumBackoff: nil))
+            return .overloaded(reason: reason, retryAfter: retryAfter, minimumBackoff: nil, quota: false)
         }
         // Not Google's JSON error (an HTML 404 from a proxy, a wrong FCM_BASE_URL): says nothing about the device.
         guard let error else {
             return .projectFault(reason: "HTTP \(status) that is not an FCM answer (check FCM_BASE_URL and any proxy)",
                                  retryAfter: retryAfter)
         }
-        if code == "UNREGISTERED" { return .outcome(.tokenInvalid(reason: "UNREGISTERED")) }
+        if code == "UNREGISTERED" { return .outcome(.tokenInvalid(.unregistered)) }
         // The same for one device, but also what a deleted project or a rewritten path answers: FCMSender's brake names it.
-        if code == nil && error.status == "NOT_FOUND" { return .outcome(.tokenInvalid(reason: plainNotFoundReason)) }
+        if code == nil && error.status == "NOT_FOUND" { return .outcome(.tokenInvalid(.notFound)) }
         // Every disabling answer is evidence against the token only when other devices answer healthy: FCMSender
         // judges it (DisableBrake).
-        if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")) }
+        if code == "SENDER_ID_MISMATCH" { return .outcome(.tokenInvalid(.senderIdMismatch)) }
         if code == "THIRD_PARTY_AUTH_ERROR" { return .outcome(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) }
-        if code == "UNAVAILABLE" || code == "INTERNAL" { return .outcome(.retry(reason: code!, after: retryAfter, minimumBackoff: nil)) }
+        if code == "UNAVAILABLE" || code == "INTERNAL" { return .overloaded(reason: code!, retryAfter: retryAfter, minimumBackoff: nil, quota: false) }
         if status == 400 || code == "INVALID_ARGUMENT" {
-            if error.namesRegistrationToken { return .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")) }
+            if error.namesRegistrationToken { return .outcome(.tokenInvalid(.invalidToken)) }
             // A payload bug (another field, or none named): the device is fine, the message is not.
             if let fields = error.badRequestFields, !fields.isEmpty {
                 return .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: bad field \(fields.joined(separator: ", ").prefix(120))"))

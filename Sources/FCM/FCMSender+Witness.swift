@@ -25,8 +25,6 @@ public struct WitnessCandidates: Sendable, Equatable {
 /// A disabling answer held until the witness's verdict: how to finish its send.
 struct DisableWaiter: Sendable {
     var answer: DisablingAnswer
-    /// The classifier's reason, written to the delivery and the ledger.
-    var reason: String
     /// The gate's ticket of the send (a probe's answer ends or extends its pause with the verdict).
     var ticket: UInt64
     var completion: @Sendable (SendOutcome) -> Void
@@ -146,7 +144,7 @@ final class WitnessDesk: Sendable {
         guard let response = try? await http.execute(request) else { return .inconclusive }
         switch FCMResponseClassifier.classify(status: response.status, headers: response.headers, body: response.body, now: Date()) {
         case .outcome(.sent): return .accepted
-        case .outcome(.tokenInvalid(let reason, _)): return .refused(FCMSender.disablingAnswer(reason))
+        case .outcome(.tokenInvalid(let answer, _)): return .refused(answer)
         default: return .inconclusive
         }
     }

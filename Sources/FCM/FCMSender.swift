@@ -187,21 +187,19 @@ public final class FCMSender: PushSender {
             // A success never needs the headers: skip parsing them.
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
-            case .outcome(.tokenInvalid(let reason, _)):
-                awaitWitness(push.token, reason: reason, started: started, ticket: ticket, completion)
+            case .outcome(.tokenInvalid(let answer, _)):
+                awaitWitness(push.token, answer: answer, started: started, ticket: ticket, completion)
             case .outcome(let outcome):
-                if case .retry(let reason, let after, let minimum) = outcome, reason != FCMResponseClassifier.deviceQuotaReason {
-                    // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
-                    let quota = reason == FCMResponseClassifier.projectQuotaReason
-                    gate.fault(.overload, reason: reason, retryAfter: after, minimumPause: quota && minimum != nil ? quotaPause : nil,
-                               quota: quota, ticket: ticket)
-                } else {
-                    // A device over its own message rate says nothing against FCM or the project. A 200 witnesses every
-                    // disabling answer to a send begun before it.
-                    gate.healthy(ticket: ticket)
-                    if case .sent = outcome { witness.accepted(token: push.token, apply: carryOut) }
-                }
+                // A device over its own message rate says nothing against FCM or the project. A 200 witnesses every
+                // disabling answer to a send begun before it.
+                gate.healthy(ticket: ticket)
+                if case .sent = outcome { witness.accepted(token: push.token, apply: carryOut) }
                 completion(outcome)
+            case .overloaded(let reason, let after, let minimum, let quota):
+                // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
+                gate.fault(.overload, reason: reason, retryAfter: after, minimumPause: quota && minimum != nil ? quotaPause : nil,
+                           quota: quota, ticket: ticket)
+                completion(.retry(reason: reason, after: after, minimumBackoff: minimum))
             case .projectFault(let reason, let retryAfter):
                 gate.fault(.project, reason: reason, retryAfter: retryAfter, ticket: ticket)
                 completion(.retry(reason: "PROJECT_FAULT: \(reason)", after: retryAfter, minimumBackoff: nil))
@@ -227,9 +225,9 @@ public final class FCMSender: PushSender {
     static let unwitnessedRetry: Duration = .seconds(2)
 
     /// A disabling answer goes to the witness, which decides now or once a 200 or a dry run says whether FCM accepts the key.
-    private func awaitWitness(_ token: String, reason: String, started: ContinuousClock.Instant, ticket: UInt64,
+    private func awaitWitness(_ token: String, answer: DisablingAnswer, started: ContinuousClock.Instant, ticket: UInt64,
                               _ completion: @escaping @Sendable (SendOutcome) -> Void) {
-        let waiter = DisableWaiter(answer: Self.disablingAnswer(reason), reason: reason, ticket: ticket, completion: completion)
+        let waiter = DisableWaiter(answer: answer, ticket: ticket, completion: completion)
         witness.disabling(token: token, started: started, waiter: waiter, apply: carryOut)
     }
 
@@ -238,7 +236,7 @@ public final class FCMSender: PushSender {
         switch verdict {
         case .witnessed, .unwitnessed:
             gate.healthy(ticket: waiter.ticket)
-            waiter.completion(.tokenInvalid(reason: waiter.reason, witnessed: verdict == .witnessed))
+            waiter.completion(.tokenInvalid(waiter.answer, witnessed: verdict == .witnessed))
         case .projectFault(let answer):
             gate.fault(.project, reason: faultReason(answer), retryAfter: nil, cause: answer.rawValue, ticket: waiter.ticket)
             waiter.completion(.retry(reason: "PROJECT_FAULT: \(answer.rawValue)", after: nil, minimumBackoff: nil))
@@ -254,12 +252,6 @@ public final class FCMSender: PushSender {
             gate.abandoned(ticket: waiter.ticket)
             waiter.completion(.retry(reason: "\(waiter.answer.rawValue)_UNWITNESSED", after: Self.unwitnessedRetry, minimumBackoff: nil))
         }
-    }
-
-    /// The witness's name for a disable reason from `FCMResponseClassifier`.
-    static func disablingAnswer(_ reason: String) -> DisablingAnswer {
-        if reason == FCMResponseClassifier.plainNotFoundReason { return .notFound }
-        return DisablingAnswer(rawValue: String(reason.prefix { $0.isUppercase || $0 == "_" })) ?? .unregistered
     }
 
     /// What `/readyz` and the log say when a known-good token gets `answer`: the answer, and where an operator looks.

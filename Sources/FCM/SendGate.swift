@@ -2,6 +2,7 @@ import Dispatch
 import FoundationEssentials
 import Logging
 import Metrics
+import Push
 import Synchronization
 import TextSupport
 import Timekeeping

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Push
 import Timekeeping
 
@@ -52,29 +53,16 @@ public enum EventFate {
 
     // MARK: After an answer
 
-    /// The row write one send outcome calls for.
-    public enum DeliveryWrite: Sendable, Equatable {
-        /// `SENT` with FCM's message name.
-        case sent(messageName: String)
-        /// `FAILED` with the reason; the device stays enabled (a payload bug, APNs credentials).
-        case failed(reason: String)
-        /// `FAILED`, and the device disabled (unless re-registered since the send began) and recorded in the ledger
-        /// under `code`; an unwitnessed one (a new deployment's) stays `PENDING` when the fleet's allowance is used up
-        /// (`OutboxStore.disableDevicesQuery`).
-        case failedDisablingDevice(code: String, reason: String, witnessed: Bool = true)
-        /// Stays `PENDING`; the event is retried after its backoff.
-        case retry(reason: String)
-        /// Never transmitted: the lease is given back, the attempt uncounted.
-        case release
-    }
-
-    public static func delivery(_ outcome: SendOutcome) -> DeliveryWrite {
+    /// The row write an answer calls for (`DeliveryWrite`), decided here once: the engine's machine calls it as it turns
+    /// the answer into its `.record` action, and the writer writes what it says. nil: never transmitted (held during a
+    /// pause when the stop came), so nothing is written and the delivery is given back.
+    public static func delivery(_ outcome: SendOutcome, answeredAt: Date, sendStartedAt: Date) -> DeliveryWrite? {
         switch outcome {
-        case .sent(let name): .sent(messageName: name)
+        case .sent(let name): .sent(messageName: name, answeredAt: answeredAt)
         case .permanentFailure(let reason): .failed(reason: reason)
-        case .retry(let reason, _, _): .retry(reason: reason)
-        case .tokenInvalid(let reason, let witnessed): .failedDisablingDevice(code: disableCode(reason), reason: reason, witnessed: witnessed)
-        case .notSent: .release
+        case .retry(let reason, let after, let minimum): .pending(reason: reason, notBefore: max(after ?? .zero, minimum ?? .zero))
+        case .tokenInvalid(let answer, let witnessed): .disable(answer, witnessed: witnessed, sendStartedAt: sendStartedAt)
+        case .notSent: nil
         }
     }
 
@@ -98,12 +86,6 @@ public enum EventFate {
         }
     }
 
-    /// The FCM error code a disable reason starts with (`UNREGISTERED`, `SENDER_ID_MISMATCH`, `INVALID_ARGUMENT`).
-    public static func disableCode(_ reason: String) -> String {
-        let code = String(reason.prefix { $0.isUppercase || $0 == "_" || $0.isNumber })
-        return code.isEmpty ? reason : code
-    }
-
     // MARK: At settlement
 
     /// An event once every delivery of this attempt was answered: `.done` when no delivery of its key is PENDING
@@ -119,6 +101,13 @@ public enum EventFate {
     public static func settledStatusSQL(pending: String, attempts: String, maxAttempts: String) -> String {
         "CASE WHEN NOT \(pending) THEN '\(OutboxStatus.done.rawValue)' WHEN \(attempts) >= \(maxAttempts) THEN '\(OutboxStatus.dead.rawValue)' "
             + "ELSE '\(OutboxStatus.pending.rawValue)' END"
+    }
+
+    /// A settlement the database refused on its own (its flush was written again item by item): the event would be
+    /// claimed and refused again forever, so it is finished `DEAD` with the refusal. The completer writes this; it decides nothing.
+    public static func settlementRefused(_ settlement: EventSettlement, sqlState: String?, message: String?) -> FinishedEvent {
+        FinishedEvent(id: settlement.id, lease: settlement.lease, status: .dead,
+                      reason: message.map { refused(.outcome, sqlState: sqlState, message: $0) } ?? "outcome refused by the database")
     }
 
     /// When a settled event still pending is due again: its backoff after `attempts`, or the longest wait a delivery

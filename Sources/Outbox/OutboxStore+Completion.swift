@@ -66,31 +66,30 @@ extension OutboxStore {
     static let settledStatus: PostgresQuery =
         "\(unescaped: EventFate.settledStatusSQL(pending: "p.pending", attempts: "o.attempts", maxAttempts: "p.max_attempts"))"
 
-    /// Delivery results and event settlements in one statement (one round trip per completer flush):
-    /// `delivered` writes each result under its lease; an event is DONE when no delivery of its patient and key is
+    /// Delivery writes and event settlements in one statement (one round trip per completer flush):
+    /// `delivered` writes each delivery under its lease; an event is DONE when no delivery of its patient and key is
     /// still PENDING (a delivery fanned out before migration 7 names no patient and counts for every event of its key) (the ones this statement just settled do not count: the EXISTS sees the statement's
-    /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery result
-    /// (`deliveries` … `answeredAt`: when FCM's answer came, UNIX seconds, a SENT delivery's `"sentAt"`) and per event
-    /// settlement (`events` … `leases`). A DISABLE result (its `answeredAt` is when the send began) is FAILED when the
-    /// flush's disable statement, earlier in the transaction, disabled the device or the app re-registered it since;
-    /// else the fleet's unwitnessed allowance held it and it stays PENDING, retried with its event.
+    /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery write
+    /// (`deliveries` … `sendStartedAt`, the columns of `DeliveryWrite.columns`) and per event settlement (`events` …
+    /// `expected`). A DISABLE write is FAILED when the flush's disable statement, earlier in the transaction, disabled
+    /// the device or the app re-registered it after the send began; else the fleet's unwitnessed allowance held it and
+    /// it stays PENDING, retried with its event.
     package static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
-                              answeredAt: [Double], maxAttempts: Int, events eventIds: [Int64], keys: [String], patients: [String],
-                              delays: [Double], errors: [String?], leases: [String], expected: [String]) -> PostgresQuery {
+                              sentAt: [Double?], sendStartedAt: [Double?], maxAttempts: Int, events eventIds: [Int64], keys: [String],
+                              patients: [String], delays: [Double], errors: [String?], leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
             SELECT u.*, u.kind = 'DISABLE' AND EXISTS (
                        -- Still enabled and not re-registered since the send began: the disable statement held it.
                        SELECT 1 FROM "PushDelivery" x JOIN "PushDevice" d ON d.id = x."pushDeviceId"
-                       WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.answered)) AS held
+                       WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.started)) AS held
             FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[],
-                        \(answeredAt)::double precision[])
-                AS u(id, kind, detail, token, key, answered)
+                        \(sentAt)::double precision[], \(sendStartedAt)::double precision[])
+                AS u(id, kind, detail, token, key, sent_at, started)
         ), delivered AS (
             UPDATE "PushDelivery" pd
-            SET status = CASE r.kind WHEN 'RETRY' THEN pd.status WHEN 'DISABLE' THEN CASE WHEN r.held THEN pd.status ELSE 'FAILED' END
-                              ELSE r.kind END,
-                "sentAt" = CASE WHEN r.kind = 'SENT' THEN to_timestamp(r.answered) ELSE pd."sentAt" END,
+            SET status = CASE WHEN r.kind <> 'DISABLE' THEN r.kind WHEN r.held THEN 'PENDING' ELSE 'FAILED' END,
+                "sentAt" = coalesce(to_timestamp(r.sent_at), pd."sentAt"),
                 "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
                 "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL
                                    WHEN r.held THEN 'DISABLE_HELD: the fleet''s unwitnessed disables are used up (no token of the project ever received a push); retried: ' || r.detail
@@ -156,7 +155,8 @@ extension OutboxStore {
 
     /// Everything one completer flush writes, in one transaction.
     struct Completion: Sendable {
-        var deliveries: [DeliveryResult] = []
+        /// Each answered delivery and what its row gets.
+        var deliveries: [(send: PendingSend, write: DeliveryWrite)] = []
         var settlements: [EventSettlement] = []
         var finished: [FinishedEvent] = []
         /// Events given back unfinished (stop): due again at once, the attempt uncounted.
@@ -215,32 +215,18 @@ extension OutboxStore {
     }
 
     static func plan(_ completion: Completion, maxAttempts: Int) -> CompletionPlan {
-        var ids: [String] = [], keys: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = []
-        var answered: [Double] = []
-        var disable = (ids: [String](), started: [Date](), reasons: [String](), keys: [String](), errors: [String](), witnessed: [Bool]())
-        for result in completion.deliveries {
-            let kind: String, detail: String
-            switch EventFate.delivery(result.outcome) {
-            case .sent(let name): (kind, detail) = (DeliveryOutcomeKind.sent.rawValue, name)
-            case .failed(let reason): (kind, detail) = (DeliveryOutcomeKind.failed.rawValue, reason)
-            case .retry(let reason): (kind, detail) = (DeliveryOutcomeKind.retry.rawValue, reason)
-            case .failedDisablingDevice(let code, let reason, let witnessed):
-                (kind, detail) = (DeliveryOutcomeKind.disable.rawValue, reason)
-                disable.ids.append(result.deviceId); disable.started.append(result.claimedAt)
-                disable.reasons.append(code); disable.keys.append(result.eventKey); disable.errors.append(reason)
-                disable.witnessed.append(witnessed)
-            case .release:
-                continue  // the completer releases these instead
+        var written = DeliveryColumns(capacity: completion.deliveries.count), disable = DisableColumns()
+        for (send, write) in completion.deliveries {
+            written.append(send.delivery, write.columns)
+            if case .disable(let answer, let witnessed, let sendStartedAt) = write {
+                disable.append(send.delivery, answer, witnessed: witnessed, sendStartedAt: sendStartedAt)
             }
-            ids.append(result.deliveryId); keys.append(result.eventKey); kinds.append(kind); details.append(detail); tokens.append(result.lease.text)
-            // A DISABLE's time is when its send began: the completion statement tells a held disable from a re-registration.
-            answered.append((kind == DeliveryOutcomeKind.disable.rawValue ? result.claimedAt : result.answeredAt).timeIntervalSince1970)
         }
         var plan = CompletionPlan()
         if !disable.ids.isEmpty {
             // The lock first, before any row lock of the flush, and only for a new deployment's unwitnessed disables.
             if disable.witnessed.contains(false) { plan.statements.append((.lock, unwitnessedDisableLockQuery)) }
-            plan.statements.append((.disableDevices, disableDevicesQuery(ids: disable.ids, started: disable.started, reasons: disable.reasons,
+            plan.statements.append((.disableDevices, disableDevicesQuery(ids: disable.ids, started: disable.started, reasons: disable.codes,
                                                                          keys: disable.keys, errors: disable.errors, witnessed: disable.witnessed)))
         }
         let finished = completion.finished
@@ -250,9 +236,10 @@ extension OutboxStore {
                                                                      reasons: finished.map(\.reason), leases: finished.map(\.lease.text))))
         }
         let events = completion.settlements
-        if !ids.isEmpty || !events.isEmpty {
+        if !written.ids.isEmpty || !events.isEmpty {
             plan.statements.append((.complete, completeQuery(
-                deliveries: ids, kinds: kinds, details: details, tokens: tokens, deliveryKeys: keys, answeredAt: answered, maxAttempts: maxAttempts,
+                deliveries: written.ids, kinds: written.kinds, details: written.details, tokens: written.tokens, deliveryKeys: written.keys,
+                sentAt: written.sentAt, sendStartedAt: written.sendStartedAt, maxAttempts: maxAttempts,
                 events: events.map(\.id), keys: events.map(\.eventKey), patients: events.map(\.patientId), delays: events.map(\.retryDelay.asSeconds), errors: events.map(\.error),
                 leases: events.map(\.lease.text), expected: events.map { $0.deliveryIds.joined(separator: ",") })))
         }
@@ -267,6 +254,35 @@ extension OutboxStore {
         return plan
     }
 
+    /// The completion statement's delivery columns, one entry per write.
+    struct DeliveryColumns {
+        var ids: [String] = [], kinds: [String] = [], details: [String] = [], tokens: [String] = [], keys: [String] = []
+        var sentAt: [Double?] = [], sendStartedAt: [Double?] = []
+
+        /// Room for `capacity` writes: one allocation per column per flush.
+        init(capacity: Int) {
+            ids.reserveCapacity(capacity); kinds.reserveCapacity(capacity); details.reserveCapacity(capacity)
+            tokens.reserveCapacity(capacity); keys.reserveCapacity(capacity)
+            sentAt.reserveCapacity(capacity); sendStartedAt.reserveCapacity(capacity)
+        }
+
+        mutating func append(_ delivery: ClaimedDelivery, _ columns: DeliveryWrite.Columns) {
+            ids.append(delivery.id); keys.append(delivery.eventKey); tokens.append(delivery.lease.text)
+            kinds.append(columns.kind); details.append(columns.detail)
+            sentAt.append(columns.sentAt); sendStartedAt.append(columns.sendStartedAt)
+        }
+    }
+
+    /// The disable statement's columns, one entry per DISABLE write.
+    struct DisableColumns {
+        var ids: [String] = [], started: [Date] = [], codes: [String] = [], keys: [String] = [], errors: [String] = []
+        var witnessed: [Bool] = []
+
+        mutating func append(_ delivery: ClaimedDelivery, _ answer: DisablingAnswer, witnessed: Bool, sendStartedAt: Date) {
+            ids.append(delivery.deviceId); started.append(sendStartedAt); codes.append(answer.deviceCode)
+            keys.append(delivery.eventKey); errors.append(answer.reason); self.witnessed.append(witnessed)
+        }
+    }
 
     /// Events given back under their leases: due again at once, the attempt uncounted.
     static func releaseEventsQuery(ids: [Int64], leases: [String]) -> PostgresQuery {
@@ -345,6 +361,33 @@ extension OutboxStore {
                 }
             }
             return (keptEvents, keptDeliveries)
+        }
+    }
+}
+
+extension DeliveryWrite {
+    /// The completion statement's columns for one write.
+    struct Columns {
+        /// The status written (`SENT`, `FAILED`, `PENDING`), or `DISABLE`: `FAILED` unless the fleet's allowance held the
+        /// disable, then `PENDING`.
+        var kind: String
+        /// FCM's message name (`SENT`) or the reason (`"lastError"`).
+        var detail: String
+        /// `"sentAt"` in UNIX seconds: when FCM's answer came (`SENT` only).
+        var sentAt: Double?
+        /// When the send began, UNIX seconds (`DISABLE` only): a re-registration after it keeps the device.
+        var sendStartedAt: Double?
+    }
+
+    /// The one place a write becomes the statement's columns (its kind among them): the writer derives nothing else.
+    var columns: Columns {
+        switch self {
+        case .sent(let name, let answeredAt):
+            Columns(kind: DeliveryStatus.sent.rawValue, detail: name, sentAt: answeredAt.timeIntervalSince1970)
+        case .failed(let reason): Columns(kind: DeliveryStatus.failed.rawValue, detail: reason)
+        case .pending(let reason, _): Columns(kind: DeliveryStatus.pending.rawValue, detail: reason)
+        case .disable(let answer, _, let sendStartedAt):
+            Columns(kind: "DISABLE", detail: answer.reason, sendStartedAt: sendStartedAt.timeIntervalSince1970)
         }
     }
 }

@@ -27,7 +27,8 @@ public enum PgbenchScript {
                                             lease: variables.seconds("lease"), retried: variables.texts("retried"))
         let complete = OutboxStore.completeQuery(
             deliveries: variables.texts("dids"), kinds: variables.texts("dkinds"), details: variables.texts("names"), tokens: variables.texts("dtokens"),
-            deliveryKeys: variables.texts("dkeys"), answeredAt: variables.doubles("answered"), maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
+            deliveryKeys: variables.texts("dkeys"), sentAt: variables.optionalDoubles("answered"), sendStartedAt: variables.optionalDoubles("started"),
+            maxAttempts: variables.int("maxattempts"), events: variables.ints("ids"),
             keys: variables.texts("keys"), patients: variables.texts("pids"), delays: variables.doubles("delays"), errors: variables.optionalTexts("errs"),
             leases: variables.texts("etokens"), expected: variables.texts("expected"))
         return """
@@ -42,7 +43,8 @@ public enum PgbenchScript {
             SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys,
-                   coalesce(array_agg(extract(epoch FROM clock_timestamp())::float8), '{}') AS answered FROM d \\gset
+                   coalesce(array_agg(extract(epoch FROM clock_timestamp())::float8), '{}') AS answered,
+                   coalesce(array_agg(NULL::float8), '{}') AS started FROM d \\gset
             \(variables.pgbench(complete));
 
             """
@@ -77,6 +79,10 @@ public enum PgbenchScript {
         mutating func optionalTexts(_ name: String) -> [String?] { given(name, ["\u{1}\(name)"], as: .optionalTextArray(["\u{1}\(name)"])) }
         mutating func ints(_ name: String) -> [Int64] { let value = Int64(marker); return given(name, [value], as: .intArray([value])) }
         mutating func doubles(_ name: String) -> [Double] { let value = Double(marker); return given(name, [value], as: .doubleArray([value])) }
+        mutating func optionalDoubles(_ name: String) -> [Double?] {
+            let value = Double(marker)
+            return given(name, [value], as: .optionalDoubleArray([value]))
+        }
 
         private func name(_ bind: PostgresValue) -> String {
             guard let name = nameOf[bind] else { preconditionFailure("a statement parameter was not given a pgbench variable") }

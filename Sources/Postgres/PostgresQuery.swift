@@ -58,6 +58,7 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         public mutating func appendInterpolation(_ value: [Int64]) { appendInterpolation(PostgresValue.intArray(value)) }
         public mutating func appendInterpolation(_ value: [String?]) { appendInterpolation(PostgresValue.optionalTextArray(value)) }
         public mutating func appendInterpolation(_ value: [Double]) { appendInterpolation(PostgresValue.doubleArray(value)) }
+        public mutating func appendInterpolation(_ value: [Double?]) { appendInterpolation(PostgresValue.optionalDoubleArray(value)) }
         public mutating func appendInterpolation(_ value: [Date]) { appendInterpolation(PostgresValue.timestampArray(value)) }
 
         /// A value of a closed set the schema knows (a status, an owner type) written as an SQL string literal, not

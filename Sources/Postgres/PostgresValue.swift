@@ -20,6 +20,8 @@ public enum PostgresValue: Sendable, Hashable {
     case optionalTextArray([String?])
     /// A one-dimensional array of double precision (use `$1::double precision[]`).
     case doubleArray([Double])
+    /// A one-dimensional array of double precision with NULL elements (use `$1::double precision[]`).
+    case optionalDoubleArray([Double?])
     /// A one-dimensional array of timestamps (use `$1::timestamptz[]`).
     case timestampArray([Date])
 
@@ -45,6 +47,10 @@ public enum PostgresValue: Sendable, Hashable {
             }
         case .doubleArray(let values):
             Self.array(values, into: &out) { $1.append(contentsOf: String($0).utf8) }
+        case .optionalDoubleArray(let values):
+            Self.array(values, into: &out) { value, out in
+                if let value { out.append(contentsOf: String(value).utf8) } else { out.append(contentsOf: "NULL".utf8) }
+            }
         case .timestampArray(let values):
             Self.array(values, into: &out) { Self.appendQuoted(PostgresValue.formatTimestamp($0), to: &$1) }
         }

@@ -39,15 +39,35 @@ public enum SendOutcome: Sendable, Equatable {
     /// Try again later: after `after` when FCM said so (Retry-After), else the caller's backoff.
     /// `minimumBackoff` is a floor for the caller's backoff (60 s for QUOTA_EXCEEDED without Retry-After).
     case retry(reason: String, after: Duration?, minimumBackoff: Duration?)
-    /// The token is dead (UNREGISTERED, a stale token's SENDER_ID_MISMATCH, invalid token): disable the device.
+    /// The token is dead (`answer`: UNREGISTERED, a stale token's SENDER_ID_MISMATCH, invalid token): disable the device.
     /// `witnessed`: FCM accepted a push for a known-good token with the same key after this send began (SPEC §3, "a
     /// disable needs a witness"). false only where no token of the project ever received a push: such disables share
     /// the fleet's small allowance (`OutboxStore.unwitnessedDisableCap`).
-    case tokenInvalid(reason: String, witnessed: Bool = true)
+    case tokenInvalid(DisablingAnswer, witnessed: Bool = true)
     /// Will never succeed as is (payload bug, APNs credentials): fail, keep the device, alert.
     case permanentFailure(reason: String)
     /// Never transmitted (held during a pause when the stop came): nothing happened, the delivery is given back.
     case notSent(reason: String)
+}
+
+/// An FCM answer that says a token is dead, as the classifier read it; the raw value names it in `/readyz`, the log and the
+/// metrics.
+public enum DisablingAnswer: String, Sendable, Equatable, CaseIterable {
+    /// 404 with the FcmError detail UNREGISTERED.
+    case unregistered = "UNREGISTERED"
+    /// Google's plain 404 NOT_FOUND without an FcmError detail (for one device, UNREGISTERED; for every device, the project).
+    case notFound = "NOT_FOUND"
+    /// 400 INVALID_ARGUMENT naming the registration token.
+    case invalidToken = "INVALID_ARGUMENT"
+    /// 403 SENDER_ID_MISMATCH.
+    case senderIdMismatch = "SENDER_ID_MISMATCH"
+
+    /// The code a device disabled for it is recorded under (`"PushDeviceDisabled".reason`, `devices --reason`): a plain
+    /// NOT_FOUND is UNREGISTERED for the device.
+    public var deviceCode: String { self == .notFound ? Self.unregistered.rawValue : rawValue }
+
+    /// What the delivery's `"lastError"`, the ledger's and the log say.
+    public var reason: String { self == .notFound ? "UNREGISTERED: 404 NOT_FOUND without an FcmError detail" : rawValue }
 }
 
 /// Sends pushes. The production implementation is `FCMSender`; anything conforming can drive the pipeline.

@@ -1,4 +1,5 @@
 @testable import FCM
+import Push
 import Testing
 
 /// The witness rule as a value: no network, no database, every instant given (SPEC §3, "a disable needs a witness").

@@ -30,18 +30,18 @@ struct FCMResponseClassifierTests {
 
     /// Evidence against the token, and only that, disables a device.
     @Test func deadTokens_areTokenInvalid() {
-        #expect(classify(404, Self.body(404, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.tokenInvalid(reason: "UNREGISTERED")))
+        #expect(classify(404, Self.body(404, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.tokenInvalid(.unregistered)))
         // Google's plain 404 (no FcmError detail): UNREGISTERED for the device, named NOT_FOUND by the brake.
         #expect(classify(404, Self.body(404, "NOT_FOUND", message: "Requested entity was not found."))
-                == .outcome(.tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason)))
-        #expect(classify(403, Self.body(403, "PERMISSION_DENIED", fcm: "SENDER_ID_MISMATCH")) == .outcome(.tokenInvalid(reason: "SENDER_ID_MISMATCH")))
+                == .outcome(.tokenInvalid(.notFound)))
+        #expect(classify(403, Self.body(403, "PERMISSION_DENIED", fcm: "SENDER_ID_MISMATCH")) == .outcome(.tokenInvalid(.senderIdMismatch)))
         // The invalid-token answer names the token by message, by a message.token violation, or both.
         #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", message: Self.invalidTokenMessage))
-                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+                == .outcome(.tokenInvalid(.invalidToken)))
         #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.token", message: Self.invalidArgumentMessage))
-                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+                == .outcome(.tokenInvalid(.invalidToken)))
         #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", badRequest: "message.token", message: Self.invalidTokenMessage))
-                == .outcome(.tokenInvalid(reason: "INVALID_ARGUMENT")))
+                == .outcome(.tokenInvalid(.invalidToken)))
     }
 
     /// INVALID_ARGUMENT naming another field, or none, is a payload bug: FAILED, the device kept.
@@ -79,24 +79,24 @@ struct FCMResponseClassifierTests {
 
     @Test func transientErrors_retryHonouringRetryAfter() {
         #expect(classify(503, Self.body(503, "UNAVAILABLE", fcm: "UNAVAILABLE"), headers: ["retry-after": "30"])
-                == .outcome(.retry(reason: "UNAVAILABLE", after: .seconds(30), minimumBackoff: nil)))
-        #expect(classify(500, Self.body(500, "INTERNAL", fcm: "INTERNAL")) == .outcome(.retry(reason: "INTERNAL", after: nil, minimumBackoff: nil)))
-        #expect(classify(502, Array("<html>bad gateway</html>".utf8)) == .outcome(.retry(reason: "HTTP 502", after: nil, minimumBackoff: nil)))
+                == .overloaded(reason: "UNAVAILABLE", retryAfter: .seconds(30), minimumBackoff: nil, quota: false))
+        #expect(classify(500, Self.body(500, "INTERNAL", fcm: "INTERNAL")) == .overloaded(reason: "INTERNAL", retryAfter: nil, minimumBackoff: nil, quota: false))
+        #expect(classify(502, Array("<html>bad gateway</html>".utf8)) == .overloaded(reason: "HTTP 502", retryAfter: nil, minimumBackoff: nil, quota: false))
     }
 
     /// Found by scripts/fuzz: the HTTP status decides first; a 5xx never disables a device.
     @Test func serverError_withAMisleadingBody_isNeverADeadToken() {
-        #expect(classify(500, Self.body(500, "NOT_FOUND")) == .outcome(.retry(reason: "INTERNAL", after: nil, minimumBackoff: nil)))
-        #expect(classify(503, Self.body(503, "NOT_FOUND", fcm: "UNREGISTERED")) == .outcome(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)))
+        #expect(classify(500, Self.body(500, "NOT_FOUND")) == .overloaded(reason: "INTERNAL", retryAfter: nil, minimumBackoff: nil, quota: false))
+        #expect(classify(503, Self.body(503, "NOT_FOUND", fcm: "UNREGISTERED")) == .overloaded(reason: "UNAVAILABLE", retryAfter: nil, minimumBackoff: nil, quota: false))
         #expect(classify(429, Self.body(429, "NOT_FOUND", fcm: "SENDER_ID_MISMATCH"))
-                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+                == .overloaded(reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumBackoff: .seconds(60), quota: true))
     }
 
     @Test func quotaExceeded_retryAfterWhenGivenElseAtLeastSixtySeconds() {
         #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"), headers: ["retry-after": "7"])
-                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: .seconds(7), minimumBackoff: nil)))
+                == .overloaded(reason: "QUOTA_EXCEEDED", retryAfter: .seconds(7), minimumBackoff: nil, quota: true))
         #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"))
-                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+                == .overloaded(reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumBackoff: .seconds(60), quota: true))
     }
 
     /// 429 with a google.rpc.QuotaFailure detail: one device's message rate backs off that delivery alone (no 60 s
@@ -108,9 +108,9 @@ struct FCMResponseClassifierTests {
         #expect(classify(429, quota("device")) == .outcome(.retry(reason: "QUOTA_EXCEEDED_DEVICE", after: nil, minimumBackoff: nil)))
         #expect(classify(429, quota("device"), headers: ["retry-after": "12"])
                 == .outcome(.retry(reason: "QUOTA_EXCEEDED_DEVICE", after: .seconds(12), minimumBackoff: nil)))
-        #expect(classify(429, quota("project")) == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+        #expect(classify(429, quota("project")) == .overloaded(reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumBackoff: .seconds(60), quota: true))
         #expect(classify(429, Self.body(429, "RESOURCE_EXHAUSTED", fcm: "QUOTA_EXCEEDED"))
-                == .outcome(.retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60))))
+                == .overloaded(reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumBackoff: .seconds(60), quota: true))
     }
 
     @Test func retryAfter_parsesSecondsAndHTTPDate() {

@@ -69,11 +69,11 @@ struct FCMSenderTests {
         // Alone, where no token ever received a push (a new deployment), a disabling answer is an unwitnessed disable
         // (the fleet's allowance holds those: DisableWitnessFleetTests); `disablingAnswers_amongHealthyDevices_disable`
         // has them witnessed.
-        ("unregistered-1", SendOutcome.tokenInvalid(reason: "UNREGISTERED", witnessed: false)),
-        ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, witnessed: false)),
-        ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: false)),
-        ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: false)),
-        ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: false)),
+        ("unregistered-1", SendOutcome.tokenInvalid(.unregistered, witnessed: false)),
+        ("notfound-1", .tokenInvalid(.notFound, witnessed: false)),
+        ("mismatch-1", .tokenInvalid(.senderIdMismatch, witnessed: false)),
+        ("invalid-1", .tokenInvalid(.invalidToken, witnessed: false)),
+        ("invalidtokenfield-1", .tokenInvalid(.invalidToken, witnessed: false)),
         ("badarg-1", .permanentFailure(reason: "INVALID_ARGUMENT: Request contains an invalid argument.")),
         ("payload-1", .permanentFailure(reason: "INVALID_ARGUMENT: bad field message.apns.payload")),
         ("denied-1", .retry(reason: "PROJECT_FAULT: PERMISSION_DENIED", after: nil, minimumBackoff: nil)),
@@ -99,11 +99,11 @@ struct FCMSenderTests {
         defer { rig.sender.shutdown(); rig.emulator.stop() }
         guard case .sent = await rig.sender.send(Self.push("good-0")) else { Issue.record("not sent"); return }
         let expected: [(String, SendOutcome)] = [
-            ("unregistered-1", .tokenInvalid(reason: "UNREGISTERED", witnessed: true)),
-            ("notfound-1", .tokenInvalid(reason: FCMResponseClassifier.plainNotFoundReason, witnessed: true)),
-            ("invalid-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: true)),
-            ("invalidtokenfield-1", .tokenInvalid(reason: "INVALID_ARGUMENT", witnessed: true)),
-            ("mismatch-1", .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: true)),
+            ("unregistered-1", .tokenInvalid(.unregistered, witnessed: true)),
+            ("notfound-1", .tokenInvalid(.notFound, witnessed: true)),
+            ("invalid-1", .tokenInvalid(.invalidToken, witnessed: true)),
+            ("invalidtokenfield-1", .tokenInvalid(.invalidToken, witnessed: true)),
+            ("mismatch-1", .tokenInvalid(.senderIdMismatch, witnessed: true)),
         ]
         for (token, outcome) in expected {
             #expect(await rig.sender.send(Self.push(token)) == outcome, "\(token)")
@@ -117,7 +117,7 @@ struct FCMSenderTests {
         // Sent together with healthy devices, a dead token is witnessed by their 200s: no dry run.
         async let dead = rig.sender.send(Self.push("unregistered-2"))
         for index in 1..<50 { _ = await rig.sender.send(Self.push("good-\(index)")) }
-        #expect(await dead == .tokenInvalid(reason: "UNREGISTERED", witnessed: true))
+        #expect(await dead == .tokenInvalid(.unregistered, witnessed: true))
         #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
     }
 

@@ -18,7 +18,7 @@ struct SenderMismatchTests {
         let rig = try FCMSenderTests.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }
         guard case .sent = await rig.sender.send(FCMSenderTests.push("good-0")) else { Issue.record("not sent"); return }
-        #expect(await rig.sender.send(FCMSenderTests.push("mismatch-stale")) == .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: true))
+        #expect(await rig.sender.send(FCMSenderTests.push("mismatch-stale")) == .tokenInvalid(.senderIdMismatch, witnessed: true))
         #expect(rig.metrics.value("fcm_disabling_answers_total", labels: ["answer": "SENDER_ID_MISMATCH", "verdict": "witnessed"]) == 1)
         #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 1)
         #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "SENDER_ID_MISMATCH"]) == 0)
@@ -48,6 +48,6 @@ struct SenderMismatchTests {
         guard case .sent = await rig.sender.send(FCMSenderTests.push("fleet-2")) else { Issue.record("not sent after the fix"); return }
         #expect(health.last == .ok)
         #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "SENDER_ID_MISMATCH"]) == 0)
-        #expect(await rig.sender.send(FCMSenderTests.push("mismatch-stale")) == .tokenInvalid(reason: "SENDER_ID_MISMATCH", witnessed: true))
+        #expect(await rig.sender.send(FCMSenderTests.push("mismatch-stale")) == .tokenInvalid(.senderIdMismatch, witnessed: true))
     }
 }

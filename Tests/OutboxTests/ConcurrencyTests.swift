@@ -2,6 +2,7 @@ import FCM
 import Foundation
 @testable import Outbox
 import Postgres
+import Push
 import Testing
 import TestSupport
 
@@ -89,7 +90,7 @@ struct ConcurrencyTests {
             #expect(deliveries.count == 2)
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out's commit, lost with the old primary
             let summary = try await store.complete(.init(
-                deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "projects/p/messages/1")) },
+                deliveries: deliveries.map { Self.sent($0, "projects/p/messages/1") },
                 settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil)]),
                 maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .pending)
@@ -105,7 +106,7 @@ struct ConcurrencyTests {
             #expect(deliveries.count == 2)
             let answered = [Date(timeIntervalSinceNow: -90), Date(timeIntervalSinceNow: -30)]
             let summary = try await store.complete(.init(
-                deliveries: zip(deliveries, answered).map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m"), answeredAt: $1) },
+                deliveries: zip(deliveries, answered).map { Self.sent($0, "m", answeredAt: $1) },
                 settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil,
                                               deliveryIds: deliveries.map(\.id))]),
                 maxAttempts: 10)
@@ -130,7 +131,7 @@ struct ConcurrencyTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let (db, store, id, lease, deliveries) = try await Self.claimedAndFannedOut(conninfo)
             #expect(deliveries.count == 2)
-            _ = try await store.complete(.init(deliveries: deliveries.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
+            _ = try await store.complete(.init(deliveries: deliveries.map { Self.sent($0, "m") }),
                                          maxAttempts: 10)
             try db.connection.query(#"DELETE FROM "PushDelivery""#)  // the fan-out and the results, lost with the old primary
             let settlement = EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil,
@@ -143,7 +144,7 @@ struct ConcurrencyTests {
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!
             let sent = try await store.fanOut([.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease,
                                               lease: .seconds(60)).deliveries
-            _ = try await store.complete(.init(deliveries: sent.map { DeliveryResult(delivery: $0, outcome: .sent(messageName: "m")) }),
+            _ = try await store.complete(.init(deliveries: sent.map { Self.sent($0, "m") }),
                                          maxAttempts: 10)
             let done = try await store.complete(.init(settlements: [EventSettlement(
                 id: other, eventKey: "doseTaken:group-2", patientId: "p1", lease: second.lease, retryDelay: .seconds(1), error: nil, deliveryIds: sent.map(\.id))]),
@@ -206,5 +207,14 @@ struct ConcurrencyTests {
             #expect(try summary["sent"].int() == 2000)
             #expect(try summary["done"].int() == 1000)
         }
+    }
+}
+
+extension ConcurrencyTests {
+    /// A delivery written SENT, as the engine's `.record` action would hand it to the writer.
+    static func sent(_ delivery: ClaimedDelivery, _ name: String, answeredAt: Date = Date()) -> (send: PendingSend, write: DeliveryWrite) {
+        let push = DoseTakenPush(token: delivery.token, eventKey: delivery.eventKey, patientId: delivery.patientId, displayName: "n",
+                                 date: "2026-02-11", slot: "morning", recordingGroupId: nil, withinTime: true)
+        return (PendingSend(group: EventGroupID(raw: 0), outboxIds: [], delivery: delivery, push: push), .sent(messageName: name, answeredAt: answeredAt))
     }
 }

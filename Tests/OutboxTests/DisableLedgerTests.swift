@@ -20,7 +20,7 @@ struct DisableLedgerTests {
             try db.device(owner: "c1", token: "wrongly-called-dead-2", id: "d-2")
             try db.device(owner: "c1", token: "healthy", id: "d-3")
             let dead = ScriptedSender { push in
-                push.token.hasPrefix("wrongly") ? .tokenInvalid(reason: "SENDER_ID_MISMATCH") : .sent(messageName: "projects/p/messages/1")
+                push.token.hasPrefix("wrongly") ? .tokenInvalid(.senderIdMismatch) : .sent(messageName: "projects/p/messages/1")
             }
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             try await makeWorker(conninfo, sender: dead).0.drain()

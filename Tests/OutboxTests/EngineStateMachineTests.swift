@@ -215,7 +215,7 @@ struct EngineStateMachineTests {
             case .answer:
                 let send = inFlight.remove(at: Int.random(in: inFlight.indices, using: &random))
                 let outcome = [SendOutcome.sent(messageName: "m"), .retry(reason: "UNAVAILABLE", after: .seconds(5), minimumBackoff: nil),
-                               .tokenInvalid(reason: "UNREGISTERED"), .permanentFailure(reason: "INVALID_ARGUMENT")]
+                               .tokenInvalid(.unregistered), .permanentFailure(reason: "INVALID_ARGUMENT")]
                     .randomElement(using: &random)!
                 let actions = machine.answered(send, outcome)
                 toWrite += actions

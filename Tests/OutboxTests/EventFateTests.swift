@@ -1,5 +1,5 @@
 import Foundation
-import Outbox
+@testable import Outbox
 import Postgres
 import Push
 import TestSupport
@@ -35,16 +35,43 @@ struct EventFateTests {
     }
 
     @Test func deliveryWrite_perOutcome() {
-        #expect(EventFate.delivery(.sent(messageName: "projects/p/messages/1")) == .sent(messageName: "projects/p/messages/1"))
-        #expect(EventFate.delivery(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) == .failed(reason: "THIRD_PARTY_AUTH_ERROR"))
-        #expect(EventFate.delivery(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)) == .retry(reason: "UNAVAILABLE"))
-        #expect(EventFate.delivery(.tokenInvalid(reason: "UNREGISTERED")) == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED"))
-        // Google's plain 404 is UNREGISTERED in the ledger; whether it was witnessed goes with it to the disable statement.
-        #expect(EventFate.delivery(.tokenInvalid(reason: "UNREGISTERED: 404 NOT_FOUND without an FcmError detail", witnessed: false))
-                == .failedDisablingDevice(code: "UNREGISTERED", reason: "UNREGISTERED: 404 NOT_FOUND without an FcmError detail", witnessed: false))
-        #expect(EventFate.delivery(.tokenInvalid(reason: "INVALID_ARGUMENT: registration token")) ==
-            .failedDisablingDevice(code: "INVALID_ARGUMENT", reason: "INVALID_ARGUMENT: registration token"))
-        #expect(EventFate.delivery(.notSent(reason: "stop")) == .release)
+        let answered = Date(timeIntervalSince1970: 1_770_000_100), started = Date(timeIntervalSince1970: 1_770_000_000)
+        func write(_ outcome: SendOutcome) -> DeliveryWrite? { EventFate.delivery(outcome, answeredAt: answered, sendStartedAt: started) }
+        #expect(write(.sent(messageName: "projects/p/messages/1")) == .sent(messageName: "projects/p/messages/1", answeredAt: answered))
+        #expect(write(.permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR")) == .failed(reason: "THIRD_PARTY_AUTH_ERROR"))
+        #expect(write(.retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil)) == .pending(reason: "UNAVAILABLE", notBefore: .zero))
+        // The longer of Retry-After and the QUOTA floor is what the event's delay must honour.
+        #expect(write(.retry(reason: "QUOTA_EXCEEDED", after: .seconds(7), minimumBackoff: .seconds(60)))
+                == .pending(reason: "QUOTA_EXCEEDED", notBefore: .seconds(60)))
+        // A disable carries the send's start (the re-registration guard), never the answer's time.
+        #expect(write(.tokenInvalid(.unregistered)) == .disable(.unregistered, witnessed: true, sendStartedAt: started))
+        #expect(write(.tokenInvalid(.notFound, witnessed: false)) == .disable(.notFound, witnessed: false, sendStartedAt: started))
+        #expect(write(.notSent(reason: "stop")) == nil)
+    }
+
+    /// The one place a write becomes the completion statement's columns: each write's kind, detail and time; Google's
+    /// plain 404 is UNREGISTERED in the ledger and says which 404 in `"lastError"`.
+    @Test func deliveryWrite_columns() {
+        let answered = Date(timeIntervalSince1970: 1_770_000_100), started = Date(timeIntervalSince1970: 1_770_000_000)
+        let sent = DeliveryWrite.sent(messageName: "m", answeredAt: answered).columns
+        #expect(sent.kind == "SENT" && sent.detail == "m" && sent.sentAt == 1_770_000_100 && sent.sendStartedAt == nil)
+        let failed = DeliveryWrite.failed(reason: "THIRD_PARTY_AUTH_ERROR").columns
+        #expect(failed.kind == "FAILED" && failed.detail == "THIRD_PARTY_AUTH_ERROR" && failed.sentAt == nil && failed.sendStartedAt == nil)
+        let pending = DeliveryWrite.pending(reason: "UNAVAILABLE", notBefore: .seconds(3)).columns
+        #expect(pending.kind == "PENDING" && pending.detail == "UNAVAILABLE" && pending.sentAt == nil)
+        let disable = DeliveryWrite.disable(.notFound, witnessed: true, sendStartedAt: started).columns
+        #expect(disable.kind == "DISABLE" && disable.detail == "UNREGISTERED: 404 NOT_FOUND without an FcmError detail")
+        #expect(disable.sentAt == nil && disable.sendStartedAt == 1_770_000_000)
+        #expect(DisablingAnswer.notFound.deviceCode == "UNREGISTERED" && DisablingAnswer.invalidToken.deviceCode == "INVALID_ARGUMENT")
+    }
+
+    /// A settlement the database refuses alone goes DEAD with the refusal (the completer only writes it).
+    @Test func settlementRefused_isDeadWithTheRefusal() {
+        let settlement = EventSettlement(id: 7, eventKey: "k", patientId: "p", lease: LeaseToken(), retryDelay: .seconds(1))
+        let refused = EventFate.settlementRefused(settlement, sqlState: "22P02", message: "invalid input syntax")
+        #expect(refused.id == 7 && refused.lease == settlement.lease && refused.status == .dead)
+        #expect(refused.reason == "outcome refused by the database: SQLSTATE 22P02: invalid input syntax")
+        #expect(EventFate.settlementRefused(settlement, sqlState: nil, message: nil).reason == "outcome refused by the database")
     }
 
     /// What a refused retry's delivery says (a deleted device reads as a disabled one).

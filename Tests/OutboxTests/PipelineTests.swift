@@ -189,9 +189,9 @@ struct PipelineTests {
                     // The app re-registers this device while the send is in flight.
                     _ = try? PostgresConnection(conninfo: conninfo).query(
                         #"UPDATE "PushDevice" SET "lastSeenAt" = clock_timestamp() + interval '1 second' WHERE id = 'd-reregistered'"#)
-                    return .tokenInvalid(reason: "UNREGISTERED")
+                    return .tokenInvalid(.unregistered)
                 case "payload-bug": return .permanentFailure(reason: "INVALID_ARGUMENT")
-                default: return .tokenInvalid(reason: "UNREGISTERED")
+                default: return .tokenInvalid(.unregistered)
                 }
             }
             _ = connection
@@ -218,7 +218,7 @@ struct PipelineTests {
             try db.device(owner: "c1", token: "dead-token-1", id: "d-dead")
             try db.device(owner: "c1", token: "payload-bug", id: "d-bug")
             let sender = ScriptedSender { push in
-                push.token == "payload-bug" ? .permanentFailure(reason: "INVALID_ARGUMENT") : .tokenInvalid(reason: "UNREGISTERED")
+                push.token == "payload-bug" ? .permanentFailure(reason: "INVALID_ARGUMENT") : .tokenInvalid(.unregistered)
             }
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: nil))
             let (worker, _, sink) = makeWorker(conninfo, sender: sender)

@@ -22,9 +22,9 @@ extension EngineLoop: WrittenReceipts {}
 final class Completer: Sendable {
     /// One buffered write and what it confirms to the engine's books once written.
     enum Entry: Sendable {
-        /// One answered delivery's outcome (the common case, kept free of arrays of its own); a dead token's device and
-        /// reason go with it for the disabled-device metric.
-        case record(DeliveryResult, EngineStateMachine.Receipt.Key, disabling: (device: String, reason: String)?)
+        /// One answered delivery and what its row gets, as the machine's `.record` action said (the common case, kept
+        /// free of arrays of its own).
+        case record(PendingSend, DeliveryWrite)
         /// A completion of its own: a group's end, a delivery's release, events finished without sending.
         case completion(OutboxStore.Completion, EngineStateMachine.Receipt)
 
@@ -103,7 +103,8 @@ final class Completer: Sendable {
     func setStarved(_ value: Bool) { starved.store(value, ordering: .relaxed) }
 
     /// Buffers the writes among a transition's actions, in their order (the engine loop hands them over in the order
-    /// its machine returned them, so a group's end is always buffered after the outcomes of its deliveries).
+    /// its machine returned them, so a group's end is always buffered after the outcomes of its deliveries), and
+    /// counts and logs each answered delivery as it comes: the one place an answer reaches the writer.
     func accept(_ actions: [EngineStateMachine.Action], starved: Bool? = nil) {
         if let starved { setStarved(starved) }
         var entries: [Entry] = []
@@ -111,11 +112,9 @@ final class Completer: Sendable {
             switch action {
             case .send:
                 continue
-            case .record(let send, let outcome):
-                var disabling: (device: String, reason: String)?
-                if case .tokenInvalid(let reason, _) = outcome { disabling = (send.delivery.deviceId, reason) }
-                entries.append(.record(DeliveryResult(delivery: send.delivery, outcome: outcome),
-                                       .init(group: send.group, delivery: send.delivery.id), disabling: disabling))
+            case .record(let send, let write):
+                report(send, write)
+                entries.append(.record(send, write))
             case .release(let send):
                 entries.append(.completion(OutboxStore.Completion(releasedDeliveries: [(send.delivery.id, send.delivery.lease)]), .init()))
             case .end(let id, .settle(let settlements)):
@@ -144,23 +143,21 @@ final class Completer: Sendable {
         waiter?.resume()
     }
 
-    /// Logs and counts an answer (the engine loop calls it as each answer arrives).
-    func report(_ send: PendingSend, _ outcome: SendOutcome) {
-        switch outcome {
-        case .sent:
+    /// Logs and counts an answered delivery by what its row gets.
+    private func report(_ send: PendingSend, _ write: DeliveryWrite) {
+        switch write {
+        case .sent(_, let answeredAt):
             metrics.delivered(.sent)
-            if let createdAt = send.createdAt { metrics.waited(seconds: Date().timeIntervalSince(createdAt)) }
-        case .tokenInvalid(let reason, _):
+            if let createdAt = send.createdAt { metrics.waited(seconds: answeredAt.timeIntervalSince(createdAt)) }
+        case .disable(let answer, _, _):
             metrics.delivered(.tokenInvalid)
-            logger.info("device token is no longer valid", metadata: metadata(send, reason))
-        case .permanentFailure(let reason):
+            logger.info("device token is no longer valid", metadata: metadata(send, answer.reason))
+        case .failed(let reason):
             metrics.delivered(.failed)
             logger.error("push failed permanently; operator action needed", metadata: metadata(send, reason))
-        case .retry(let reason, _, _):
+        case .pending(let reason, _):
             metrics.delivered(.retry)
             logger.debug("push will be retried", metadata: metadata(send, reason))
-        case .notSent:
-            break
         }
     }
 
@@ -196,22 +193,20 @@ final class Completer: Sendable {
             let entries = state.withLock { $0.take(upTo: configuration.completerFlushCount) }
             var batch = OutboxStore.Completion()
             var receipt = EngineStateMachine.Receipt()
-            var reasons: [String: String] = [:]
             batch.deliveries.reserveCapacity(entries.count)
             receipt.deliveries.reserveCapacity(entries.count)
             for entry in entries {
                 switch entry {
-                case .record(let result, let key, let disabling):
-                    batch.deliveries.append(result)
-                    receipt.deliveries.append(key)
-                    if let disabling { reasons[disabling.device] = disabling.reason }
+                case .record(let send, let write):
+                    batch.deliveries.append((send, write))
+                    receipt.deliveries.append(.init(group: send.group, delivery: send.delivery.id))
                 case .completion(let completion, let written):
                     batch.append(completion)
                     receipt.append(written)
                 }
             }
             let started = ContinuousClock.now
-            await turn.run { await write(batch, disableReasons: reasons) }
+            await turn.run { await write(batch) }
             metrics.flushed(seconds: (ContinuousClock.now - started).asSeconds)
             await engine.written(receipt)
         }
@@ -248,14 +243,14 @@ final class Completer: Sendable {
     /// only once the stop deadline has passed, when the leases expire and the work is retried. A deadlock with
     /// another writer is retried whole; a statement the server refuses is retried item by item so one bad row
     /// cannot hold the others back.
-    private func write(_ batch: OutboxStore.Completion, disableReasons: [String: String]) async {
+    private func write(_ batch: OutboxStore.Completion) async {
         guard !batch.isEmpty else { return }
         var attempt = 0
         while true {
             do {
                 let summary = try await store.complete(batch, maxAttempts: configuration.maxAttempts)
                 if attempt > 0 { logger.notice("delivery results recorded again", metadata: ["outbox.items": "\(batch.count)"]) }
-                afterWrite(summary, disableReasons: disableReasons)
+                afterWrite(summary, of: batch)
                 return
             } catch let error as PostgresError where error.isConnectionError || error.isTransient {
                 attempt += 1
@@ -270,25 +265,27 @@ final class Completer: Sendable {
                 guard batch.count > 1 else {
                     logger.error("a result was refused by the database", metadata: ["error": "\(error)"])
                     if let settlement = batch.settlements.first {
-                        // An event whose outcome cannot be written would be claimed again forever: it goes DEAD with the reason.
-                        let reason = (error as? PostgresError).map { EventFate.refused(.outcome, sqlState: $0.sqlState, message: $0.message) }
-                            ?? "outcome refused by the database"
-                        await write(OutboxStore.Completion(finished: [FinishedEvent(id: settlement.id, lease: settlement.lease, status: .dead,
-                                                                                    reason: reason)]), disableReasons: [:])
+                        let refusal = error as? PostgresError
+                        await write(OutboxStore.Completion(finished: [EventFate.settlementRefused(settlement, sqlState: refusal?.sqlState,
+                                                                                                  message: refusal?.message)]))
                     }
                     return
                 }
                 logger.notice("a batch of results was refused; writing them one at a time",
                               metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
-                for single in batch.singles { await write(single, disableReasons: disableReasons) }
+                for single in batch.singles { await write(single) }
                 return
             }
         }
     }
 
-    private func afterWrite(_ summary: OutboxStore.CompletionSummary, disableReasons: [String: String]) {
+    private func afterWrite(_ summary: OutboxStore.CompletionSummary, of batch: OutboxStore.Completion) {
+        var reasons: [String: String] = [:]
+        if !summary.disabledDevices.isEmpty {
+            for case (let send, .disable(let answer, _, _)) in batch.deliveries { reasons[send.delivery.deviceId] = answer.reason }
+        }
         for device in summary.disabledDevices {
-            let reason = disableReasons[device] ?? "unknown"
+            let reason = reasons[device] ?? "unknown"
             metrics.tokenDisabled(reason)
             logger.notice("device disabled", metadata: ["device.id": device, "fcm.error": reason])
         }

@@ -181,13 +181,14 @@ actor EngineLoop {
             guard !answers.isEmpty else { return }
             var actions: [EngineStateMachine.Action] = []
             let now = ContinuousClock.now
+            // One wall-clock reading per batch: a SENT delivery's `"sentAt"`.
+            let answeredAt = Date()
             for (send, outcome, answerTime) in answers {
-                writer.report(send, outcome)
                 if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: machine.isWindowFull) {
                     machine.setWindow(limit)
                     windowGauge?.set(Double(limit))
                 }
-                actions += machine.answered(send, outcome, abandoning: abandoning)
+                actions += machine.answered(send, outcome, at: answeredAt, abandoning: abandoning)
             }
             perform(actions)
             onProgress()
@@ -202,10 +203,11 @@ actor EngineLoop {
         afterTransition()
     }
 
-    /// Hands the writes to the writer in the machine's order, then starts the sends.
+    /// Hands the writes to the writer in the machine's order, then starts the sends (a send never goes to the writer:
+    /// a transition that only starts sends skips it).
     private func perform(_ actions: [EngineStateMachine.Action]) {
         guard !actions.isEmpty else { return }
-        writer.accept(actions, starved: machine.isStarved)
+        if actions.contains(where: { if case .send = $0 { false } else { true } }) { writer.accept(actions, starved: machine.isStarved) }
         for case .send(let send) in actions {
             let started = ContinuousClock.now
             sender.start(send.push) { [self] outcome in answered(send, outcome, after: .now - started) }

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Push
 import Timekeeping
 
@@ -82,8 +83,9 @@ struct EngineStateMachine: Sendable {
     enum Action: Sendable {
         /// Start this send (its slot is taken).
         case send(PendingSend)
-        /// Write this answered delivery's outcome (its slot stays taken until `written`).
-        case record(PendingSend, SendOutcome)
+        /// Write what this answered delivery's row gets, as decided here (`EventFate.delivery`); its slot stays taken
+        /// until `written`.
+        case record(PendingSend, DeliveryWrite)
         /// Give this never-sent delivery's lease back (stop).
         case release(PendingSend)
         /// Write the end of this group (it leaves once that is written).
@@ -215,10 +217,11 @@ struct EngineStateMachine: Sendable {
     /// Sends are queued behind the window (not behind the unwritten outcomes' places).
     var isWindowFull: Bool { queued > 0 && sending >= window }
 
-    /// FCM answered a send. Its outcome is to be written (the slot stays taken until then); the group ends
-    /// when this was its last open delivery. `abandoning`: the stop deadline cancelled it, so its outcome is
+    /// FCM answered a send (the loop had the answer at `answeredAt`). What its row gets is decided here, once
+    /// (`EventFate.delivery`), and handed to the writer as `.record` (the slot stays taken until it is written); the
+    /// group ends when this was its last open delivery. `abandoning`: the stop deadline cancelled it, so its outcome is
     /// unknown and nothing is written for it (its lease stays: FCM may have it).
-    mutating func answered(_ send: PendingSend, _ outcome: SendOutcome, abandoning: Bool = false) -> [Action] {
+    mutating func answered(_ send: PendingSend, _ outcome: SendOutcome, at answeredAt: Date = Date(), abandoning: Bool = false) -> [Action] {
         guard var group = groups.removeValue(forKey: send.group) else { return [] }
         guard let index = group.deliveries.index(forKey: send.delivery.id), group.deliveries.values[index].phase == .sending else {
             groups[send.group] = group
@@ -227,25 +230,22 @@ struct EngineStateMachine: Sendable {
         sending -= 1
         group.unanswered -= 1
         var actions: [Action] = []
-        switch outcome {
-        case .retry where abandoning:
-            group.deliveries.remove(at: index)
-            group.releaseAtEnd()
-        case .notSent:
+        switch EventFate.delivery(outcome, answeredAt: answeredAt, sendStartedAt: send.delivery.claimedAt) {
+        case nil:
             group.deliveries.remove(at: index)
             group.releaseAtEnd()
             actions.append(.release(send))
-        case .retry(let reason, let after, let minimum):
-            let floor = max(after ?? .zero, minimum ?? .zero)
-            if floor >= group.retryFloor || group.retryReason == nil {
-                group.retryFloor = max(group.retryFloor, floor)
+        case .pending? where abandoning:
+            group.deliveries.remove(at: index)
+            group.releaseAtEnd()
+        case let write?:
+            if case .pending(let reason, let notBefore) = write, notBefore >= group.retryFloor || group.retryReason == nil {
+                group.retryFloor = max(group.retryFloor, notBefore)
                 group.retryReason = reason
             }
-            fallthrough
-        default:
             group.deliveries.values[index].phase = .answered
             unwritten += 1
-            actions.append(.record(send, outcome))
+            actions.append(.record(send, write))
         }
         end(send.group, group, into: &actions)
         return actions

@@ -3,7 +3,7 @@ import Push
 
 // The records an outbox row passes through, in the order it walks the pipeline:
 // claim (`ClaimedEvent`) → validate (`DoseTakenEvent`) → fan-out (`ClaimedDelivery`) → send
-// (`PendingSend` → `SendOutcome`) → record (`DeliveryResult`) → settle (`EventSettlement`).
+// (`PendingSend` → `SendOutcome`) → record (`DeliveryWrite`) → settle (`EventSettlement`).
 
 /// The lease a claim holds on its events and deliveries. Every write is guarded by it, so a
 /// worker that lost its lease changes nothing.
@@ -67,16 +67,6 @@ public enum DeliveryStatus: String, Sendable, CaseIterable {
     case failed = "FAILED"
 }
 
-/// What a completer flush writes for one delivery: a final status, or RETRY (the row stays PENDING).
-enum DeliveryOutcomeKind: String {
-    case sent = "SENT"
-    case failed = "FAILED"
-    case retry = "RETRY"
-    /// `FAILED` when the device was disabled by the flush's disable statement (or re-registered since the send began),
-    /// else `PENDING`: the fleet's disable cap held it.
-    case disable = "DISABLE"
-}
-
 /// An event finished without sending (bad input, too old).
 public struct FinishedEvent: Sendable {
     public var id: Int64
@@ -114,30 +104,23 @@ public struct EventSettlement: Sendable {
     }
 }
 
-/// The row update one send outcome calls for.
-public struct DeliveryResult: Sendable {
-    public var deliveryId: String
-    /// The delivery's event key: its event is settled only once every result of the key is written.
-    public var eventKey: String
-    public var lease: LeaseToken
-    public var outcome: SendOutcome
-    /// Needed to disable a dead token (only if not re-registered since the send began).
-    public var deviceId: String
-    public var claimedAt: Date
-    /// When the worker had FCM's answer (its wall clock): a SENT delivery's `"sentAt"`, the moment the push left, not
-    /// the moment the row was written (the writer may linger to gather a batch, and a busy database delays it further).
-    public var answeredAt: Date
-
-    /// `answeredAt` defaults to now: results are made as the engine books FCM's answer.
-    public init(delivery: ClaimedDelivery, outcome: SendOutcome, answeredAt: Date = Date()) {
-        deliveryId = delivery.id
-        eventKey = delivery.eventKey
-        lease = delivery.lease
-        self.outcome = outcome
-        deviceId = delivery.deviceId
-        claimedAt = delivery.claimedAt
-        self.answeredAt = answeredAt
-    }
+/// What one answered send writes to its delivery row, decided once, where the answer becomes the engine's `.record`
+/// action (`EventFate.delivery`, called by `EngineStateMachine.answered`), and written as it is (`OutboxStore.plan`), the
+/// way River's executor hands its completer `JobSetStateCompleted` or `JobSetStateErrorRetryable`. The row itself (id,
+/// lease, key, device) is the send's `ClaimedDelivery`.
+public enum DeliveryWrite: Sendable, Equatable {
+    /// `SENT` with FCM's message name; `"sentAt"` is `answeredAt`, when the worker had FCM's answer (its wall clock), not
+    /// when the row is written (the writer may linger to gather a batch, and a busy database delays it further).
+    case sent(messageName: String, answeredAt: Date)
+    /// `FAILED` with the reason; the device stays enabled (a payload bug, APNs credentials).
+    case failed(reason: String)
+    /// `PENDING` again with the reason, sent again with its event; `notBefore`: the least wait it asked for (Retry-After,
+    /// the QUOTA_EXCEEDED floor), which the event's retry delay honours.
+    case pending(reason: String, notBefore: Duration)
+    /// `FAILED`, and the device disabled and recorded in the ledger under `answer.deviceCode`, unless the app re-registered
+    /// it after `sendStartedAt` (when the delivery was leased, by the database's clock); an unwitnessed one (a new
+    /// deployment's) stays `PENDING` when the fleet's allowance is used up (`OutboxStore.disableDevicesQuery`).
+    case disable(DisablingAnswer, witnessed: Bool, sendStartedAt: Date)
 }
 
 /// One send waiting for a slot: the delivery, its push, and the event group it belongs to. Immutable and
