@@ -102,7 +102,7 @@ enum EntitlementDecision {
 }
 
 /// `"CaregiverEntitlement".status` (SPEC 2.1); the raw values are the column's.
-enum EntitlementStatus: String, Sendable {
+public enum EntitlementStatus: String, Sendable {
     case active = "ACTIVE"
     case revoked = "REVOKED"
 }

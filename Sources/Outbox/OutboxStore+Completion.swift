@@ -9,7 +9,7 @@ extension OutboxStore {
     /// planner trusted statistics taken while the queue was empty (the partial index "holds one row") and hash-joined
     /// the flush's events against the whole pending queue (docs/benchmark.md has the measurement). By id, it is one
     /// primary-key probe per event whatever the queue holds.
-    static let stillPending: PostgresQuery = "(SELECT 'PENDING'::text)"
+    static let stillPending: PostgresQuery = "(SELECT \(literal: OutboxStatus.pending)::text)"
 
     /// Disables without a witness the whole fleet may make (SPEC §3, "a disable needs a witness"): only where no token
     /// of the project ever received a push (a new deployment), counted in the ledger's unwitnessed rows that
@@ -79,7 +79,7 @@ extension OutboxStore {
                               patients: [String], delays: [Double], errors: [String?], leases: [String], expected: [String]) -> PostgresQuery {
         """
         WITH r AS (
-            SELECT u.*, u.kind = 'DISABLE' AND EXISTS (
+            SELECT u.*, u.kind = \(literal: DeliveryWrite.Kind.disable) AND EXISTS (
                        -- Still enabled and not re-registered since the send began: the disable statement held it.
                        SELECT 1 FROM "PushDelivery" x JOIN "PushDevice" d ON d.id = x."pushDeviceId"
                        WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.started)) AS held
@@ -88,15 +88,15 @@ extension OutboxStore {
                 AS u(id, kind, detail, token, key, sent_at, started)
         ), delivered AS (
             UPDATE "PushDelivery" pd
-            SET status = CASE WHEN r.kind <> 'DISABLE' THEN r.kind WHEN r.held THEN 'PENDING' ELSE 'FAILED' END,
+            SET status = CASE WHEN r.kind <> \(literal: DeliveryWrite.Kind.disable) THEN r.kind WHEN r.held THEN \(literal: DeliveryStatus.pending) ELSE \(literal: DeliveryStatus.failed) END,
                 "sentAt" = coalesce(to_timestamp(r.sent_at), pd."sentAt"),
-                "fcmMessageId" = CASE WHEN r.kind = 'SENT' THEN r.detail ELSE pd."fcmMessageId" END,
-                "lastError" = CASE WHEN r.kind = 'SENT' THEN NULL
+                "fcmMessageId" = CASE WHEN r.kind = \(literal: DeliveryWrite.Kind.sent) THEN r.detail ELSE pd."fcmMessageId" END,
+                "lastError" = CASE WHEN r.kind = \(literal: DeliveryWrite.Kind.sent) THEN NULL
                                    WHEN r.held THEN 'DISABLE_HELD: the fleet''s unwitnessed disables are used up (no token of the project ever received a push); retried: ' || r.detail
                                    ELSE r.detail END,
                 "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM r
-            WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = 'PENDING'
+            WHERE pd.id = r.id AND pd."leaseToken" = r.token AND pd.status = \(literal: DeliveryStatus.pending)
             RETURNING pd.id, pd.status
         ), missing AS MATERIALIZED (
             -- Keys with a result that found no row to write (computed once per flush; almost always empty).
@@ -113,7 +113,8 @@ extension OutboxStore {
             -- statement settles), when a result of its key found no row to write, or when a delivery its attempt fanned out
             -- (`expected`: ids, comma-separated) is missing: a failover lost its fan-out and writes, and kept the claim.
             SELECT v.*, s.pending FROM v CROSS JOIN LATERAL (
-                SELECT coalesce(bool_or(pd.status = 'PENDING' AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> 'PENDING')), false)
+                SELECT coalesce(bool_or(pd.status = \(literal: DeliveryStatus.pending)
+                                     AND pd.id NOT IN (SELECT id FROM delivered WHERE status <> \(literal: DeliveryStatus.pending))), false)
                        OR count(*) FILTER (WHERE pd.id = ANY(string_to_array(v.expected, ','))) < cardinality(string_to_array(v.expected, ','))
                        OR v.key IN (SELECT key FROM missing) AS pending
                 FROM "PushDelivery" pd WHERE pd."eventKey" = v.key AND (pd."patientId" = v.patient OR pd."patientId" IS NULL) OFFSET 0
@@ -122,9 +123,9 @@ extension OutboxStore {
         UPDATE "PushOutbox" o
         SET (status, "processedAt", "availableAt", "lastError") = (
                 -- The verdict, computed once (`settledStatus`), picks what it writes.
-                SELECT w.* FROM (VALUES ('DONE', now(), o."availableAt", NULL),
-                                        ('PENDING', NULL, now() + make_interval(secs => p.delay), p.err),
-                                        ('DEAD', now(), o."availableAt",
+                SELECT w.* FROM (VALUES (\(literal: OutboxStatus.done), now(), o."availableAt", NULL),
+                                        (\(literal: OutboxStatus.pending), NULL, now() + make_interval(secs => p.delay), p.err),
+                                        (\(literal: OutboxStatus.dead), now(), o."availableAt",
                                          'attempts exhausted (' || o.attempts || '): ' || coalesce(p.err, 'deliveries still pending'))
                 ) AS w(status, processed, available, err) WHERE w.status = \(sql: settledStatus)),
             "eventKey" = p.key, "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
@@ -268,7 +269,7 @@ extension OutboxStore {
 
         mutating func append(_ delivery: ClaimedDelivery, _ columns: DeliveryWrite.Columns) {
             ids.append(delivery.id); keys.append(delivery.eventKey); tokens.append(delivery.lease.text)
-            kinds.append(columns.kind); details.append(columns.detail)
+            kinds.append(columns.kind.rawValue); details.append(columns.detail)
             sentAt.append(columns.sentAt); sendStartedAt.append(columns.sendStartedAt)
         }
     }
@@ -301,7 +302,7 @@ extension OutboxStore {
         UPDATE "PushDelivery" pd
         SET "leaseToken" = NULL, "leaseExpiresAt" = NULL, attempts = greatest(pd.attempts - 1, 0)
         FROM unnest(\(ids)::text[], \(leases)::uuid[]) AS v(id, token)
-        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = \(literal: DeliveryStatus.pending)
         """
     }
 
@@ -338,7 +339,7 @@ extension OutboxStore {
         UPDATE "PushDelivery" pd
         SET "leaseExpiresAt" = now() + make_interval(secs => \(lease.asSeconds)::double precision)
         FROM unnest(\(ids)::text[], \(leases)::uuid[]) AS v(id, token)
-        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = 'PENDING'
+        WHERE pd.id = v.id AND pd."leaseToken" = v.token AND pd.status = \(literal: DeliveryStatus.pending)
         RETURNING pd.id
         """
     }
@@ -366,11 +367,18 @@ extension OutboxStore {
 }
 
 extension DeliveryWrite {
+    /// What the completion statement writes to `status`: the status itself (`SENT`, `FAILED`, `PENDING`), or `DISABLE`:
+    /// `FAILED` unless the fleet's allowance held the disable, then `PENDING`.
+    enum Kind: String, PostgresLiteral {
+        case sent = "SENT"
+        case failed = "FAILED"
+        case pending = "PENDING"
+        case disable = "DISABLE"
+    }
+
     /// The completion statement's columns for one write.
     struct Columns {
-        /// The status written (`SENT`, `FAILED`, `PENDING`), or `DISABLE`: `FAILED` unless the fleet's allowance held the
-        /// disable, then `PENDING`.
-        var kind: String
+        var kind: Kind
         /// FCM's message name (`SENT`) or the reason (`"lastError"`).
         var detail: String
         /// `"sentAt"` in UNIX seconds: when FCM's answer came (`SENT` only).
@@ -383,11 +391,11 @@ extension DeliveryWrite {
     var columns: Columns {
         switch self {
         case .sent(let name, let answeredAt):
-            Columns(kind: DeliveryStatus.sent.rawValue, detail: name, sentAt: answeredAt.timeIntervalSince1970)
-        case .failed(let reason): Columns(kind: DeliveryStatus.failed.rawValue, detail: reason)
-        case .pending(let reason, _): Columns(kind: DeliveryStatus.pending.rawValue, detail: reason)
+            Columns(kind: .sent, detail: name, sentAt: answeredAt.timeIntervalSince1970)
+        case .failed(let reason): Columns(kind: .failed, detail: reason)
+        case .pending(let reason, _): Columns(kind: .pending, detail: reason)
         case .disable(let answer, _, let sendStartedAt):
-            Columns(kind: "DISABLE", detail: answer.reason, sendStartedAt: sendStartedAt.timeIntervalSince1970)
+            Columns(kind: .disable, detail: answer.reason, sendStartedAt: sendStartedAt.timeIntervalSince1970)
         }
     }
 }

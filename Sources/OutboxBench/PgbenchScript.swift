@@ -40,7 +40,7 @@ public enum PgbenchScript {
                    coalesce(array_agg(:token::text), '{}') AS etokens, coalesce(array_agg(''::text), '{}') AS expected,
                    '{}'::text AS retried FROM c \\gset
             \(variables.pgbench(fanOut)), d AS (SELECT id, "eventKey" FROM inserted UNION ALL SELECT id, "eventKey" FROM reclaimed)
-            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('SENT'::text), '{}') AS dkinds,
+            SELECT coalesce(array_agg(id), '{}') AS dids, coalesce(array_agg('\(DeliveryStatus.sent.rawValue)'::text), '{}') AS dkinds,
                    coalesce(array_agg('projects/bench/messages/' || id), '{}') AS names,
                    coalesce(array_agg(:token::text), '{}') AS dtokens, coalesce(array_agg("eventKey"), '{}') AS dkeys,
                    coalesce(array_agg(extract(epoch FROM clock_timestamp())::float8), '{}') AS answered,

@@ -119,7 +119,7 @@ struct AppStoreBench {
                 let id = "95000000\(String(format: "%02d", n))"
                 let recorded = ContinuousClock.now
                 rig.production.record("REFUND", signedPayload: try NotificationHistoryTests.refund(pki, id))
-                while try await EntitlementRecheckerTests.row(rig.db, "d-\(n)").status == "ACTIVE" { try await Task.sleep(for: .milliseconds(5)) }
+                while try await EntitlementRecheckerTests.row(rig.db, "d-\(n)").status == .active { try await Task.sleep(for: .milliseconds(5)) }
                 let delay = ContinuousClock.now - recorded
                 delays.append(Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
             }

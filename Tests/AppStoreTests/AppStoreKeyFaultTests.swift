@@ -55,7 +55,7 @@ struct AppStoreKeyFaultTests {
             }
             let checked = try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE "lastCheckedAt" IS NOT NULL OR "checkFailures" > 0"#)
             #expect(try checked[0]["n"].int() == 2)
-            #expect(try await EntitlementRecheckerTests.row(db, "e-1").status == "ACTIVE")  // the verified answer restored it
+            #expect(try await EntitlementRecheckerTests.row(db, "e-1").status == .active)  // the verified answer restored it
         }
     }
 }

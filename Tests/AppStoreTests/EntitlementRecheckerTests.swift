@@ -63,12 +63,12 @@ struct EntitlementRecheckerTests {
             """#)
     }
 
-    static func row(_ db: PostgresClient, _ id: String) async throws -> (status: String, revokedAtMillis: Int64?, reason: String?, checked: Bool) {
+    static func row(_ db: PostgresClient, _ id: String) async throws -> (status: EntitlementStatus, revokedAtMillis: Int64?, reason: String?, checked: Bool) {
         let row = try await db.query(#"""
             SELECT status, (extract(epoch FROM "revokedAt") * 1000)::bigint AS revoked_ms, "revocationReason", "lastCheckedAt" IS NOT NULL AS checked
             FROM "CaregiverEntitlement" WHERE id = \#(id)
             """#)[0]
-        return (try row["status"].string(), try row["revoked_ms"].optionalInt().map(Int64.init), row["revocationReason"].optionalString(),
+        return (try row["status"].decode(EntitlementStatus.self), try row["revoked_ms"].optionalInt().map(Int64.init), row["revocationReason"].optionalString(),
                 try row["checked"].bool())
     }
 
@@ -92,7 +92,7 @@ struct EntitlementRecheckerTests {
             try other.release(direct)
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.ranPass && summary.revoked == 1)
-            #expect(try await Self.row(rig.db, "e-refunded").status == "REVOKED")
+            #expect(try await Self.row(rig.db, "e-refunded").status == .revoked)
             #expect(try await second.runOnce().ranPass)  // the first let go when its pass ended
             #expect(try direct.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
         }
@@ -116,11 +116,11 @@ struct EntitlementRecheckerTests {
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.checked == 3 && summary.revoked == 1 && summary.failed == 0)
             let refunded = try await Self.row(rig.db, "e-refunded")
-            #expect(refunded.status == "REVOKED")
+            #expect(refunded.status == .revoked)
             #expect(refunded.revokedAtMillis == revocation)
             #expect(refunded.reason == "1")
             let fine = try await Self.row(rig.db, "e-fine")
-            #expect(fine.status == "ACTIVE" && fine.checked && fine.revokedAtMillis == nil)
+            #expect(fine.status == .active && fine.checked && fine.revokedAtMillis == nil)
             #expect(rig.sandbox.requests == ["2000000001"])
             #expect(Set(rig.production.requests) == ["1000000001", "1000000002"])
             #expect(rig.production.refused == 0)  // the client's JWT verified every time
@@ -159,7 +159,7 @@ struct EntitlementRecheckerTests {
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.failed == 1 && summary.revoked == 0)
             let row = try await Self.row(rig.db, "e1")
-            #expect(row.status == "ACTIVE" && row.revokedAtMillis == nil && !row.checked)
+            #expect(row.status == .active && row.revokedAtMillis == nil && !row.checked)
             #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": reason]) == 1)
         }
     }
@@ -179,7 +179,7 @@ struct EntitlementRecheckerTests {
             #expect(summary.rateLimitedUntil.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } == retryAt)
             for id in ["e-a", "e-b"] {
                 let row = try await Self.row(rig.db, id)
-                #expect(row.status == "ACTIVE" && !row.checked)
+                #expect(row.status == .active && !row.checked)
             }
         }
     }
@@ -199,11 +199,11 @@ struct EntitlementRecheckerTests {
             let summary = try await rig.rechecker.runOnce()
             #expect(summary.restored == 1)
             let restored = try await Self.row(rig.db, "ours-verified")
-            #expect(restored.status == "ACTIVE" && restored.revokedAtMillis == nil && restored.reason == nil)
+            #expect(restored.status == .active && restored.revokedAtMillis == nil && restored.reason == nil)
             let untrusted = try await Self.row(rig.db, "ours-untrusted")
-            #expect(untrusted.status == "REVOKED" && untrusted.revokedAtMillis != nil)
+            #expect(untrusted.status == .revoked && untrusted.revokedAtMillis != nil)
             let support = try await Self.row(rig.db, "by-support")
-            #expect(support.status == "REVOKED" && !support.checked)
+            #expect(support.status == .revoked && !support.checked)
             #expect(!rig.production.requests.contains("5000000003"))
             #expect(rig.metrics.value("entitlements_restored_total") == 1)
         }

@@ -53,7 +53,7 @@ struct EntitlementSchedulingTests {
 
             let first = try await rig.rechecker.runOnce()
             #expect(first.revoked == 5 && first.failed == 300)
-            for n in 1...5 { #expect(try await R.row(rig.db, "r-\(n)").status == "REVOKED") }
+            for n in 1...5 { #expect(try await R.row(rig.db, "r-\(n)").status == .revoked) }
             let failing = try await Self.schedule(rig.db, "f-001")
             #expect(failing.failures == 1 && failing.error == "not_found")
             #expect((failing.dueIn ?? 0) > 50 && (failing.dueIn ?? 0) <= 60)  // the first backoff step: 60 s

@@ -82,7 +82,7 @@ struct NotificationHistoryTests {
             #expect(summary.verdicts == ["revoked": 25])
             for n in [0, 19, 20, 24] {
                 let row = try await R.row(rig.db, "n-\(n)")
-                #expect(row.status == "REVOKED" && row.revokedAtMillis == 1_770_000_000_000 + Int64(n) && row.reason == "1")
+                #expect(row.status == .revoked && row.revokedAtMillis == 1_770_000_000_000 + Int64(n) && row.reason == "1")
             }
             #expect(rig.metrics.value("appstore_notifications_total", labels: ["type": "REFUND", "verdict": "revoked"]) == 25)
             #expect(rig.metrics.value("entitlements_revoked_total") == 25)
@@ -133,7 +133,7 @@ struct NotificationHistoryTests {
             #expect(summary.verdicts == ["untrusted_chain": 2, "bundle_id_mismatch": 2, "not_revoked": 1, "no_entitlement": 1])
             for n in 1...5 {
                 let row = try await R.row(rig.db, "u-\(n)")
-                #expect(row.status == "ACTIVE" && row.revokedAtMillis == nil)
+                #expect(row.status == .active && row.revokedAtMillis == nil)
             }
             #expect(rig.metrics.value("appstore_notifications_total", labels: ["type": "REFUND", "verdict": "untrusted_chain"]) == 2)
             #expect(rig.metrics.value("entitlements_revoked_total") == 0)
@@ -164,11 +164,11 @@ struct NotificationHistoryTests {
             let summary = try await #require(rig.rechecker.history).pollOnce()
             #expect(summary.verdicts == ["restored": 2, "unchanged": 1, "still_revoked": 1])
             let ours = try await R.row(rig.db, "ours")
-            #expect(ours.status == "ACTIVE" && ours.revokedAtMillis == nil && ours.reason == nil)
-            #expect(try await R.row(rig.db, "sandbox-ours").status == "ACTIVE")
+            #expect(ours.status == .active && ours.revokedAtMillis == nil && ours.reason == nil)
+            #expect(try await R.row(rig.db, "sandbox-ours").status == .active)
             let support = try await R.row(rig.db, "by-support")
-            #expect(support.status == "REVOKED" && !support.checked)
-            #expect(try await R.row(rig.db, "ours-still").status == "REVOKED")
+            #expect(support.status == .revoked && !support.checked)
+            #expect(try await R.row(rig.db, "ours-still").status == .revoked)
             #expect(rig.metrics.value("entitlements_restored_total") == 2)
         }
     }
@@ -205,15 +205,15 @@ struct NotificationHistoryTests {
             #expect(summary.verdicts == ["revoked": 3, "unchanged": 4, "restored": 1])
             for id in ["in-order", "newest-first"] {
                 let row = try await R.row(rig.db, id)
-                #expect(row.status == "REVOKED", "\(id)")
+                #expect(row.status == .revoked, "\(id)")
                 #expect(row.revokedAtMillis == first + 2 * step, "\(id): the later refund's date is kept")
             }
-            #expect(try await R.row(rig.db, "reversed-once").status == "ACTIVE")
+            #expect(try await R.row(rig.db, "reversed-once").status == .active)
             // Read again (the overlap): every row ends where it was.
             _ = try await #require(rig.rechecker.history).pollOnce()
-            #expect(try await R.row(rig.db, "in-order").status == "REVOKED")
+            #expect(try await R.row(rig.db, "in-order").status == .revoked)
             #expect(try await R.row(rig.db, "newest-first").revokedAtMillis == first + 2 * step)
-            #expect(try await R.row(rig.db, "reversed-once").status == "ACTIVE")
+            #expect(try await R.row(rig.db, "reversed-once").status == .active)
         }
     }
 
@@ -256,9 +256,9 @@ struct NotificationHistoryTests {
             try await Task.sleep(for: .milliseconds(300))
             rig.production.record("REFUND", signedPayload: try Self.refund(pki, "7900000099"))
             try await eventually("the refund changes the entitlement", timeout: .seconds(15), every: .milliseconds(50)) {
-                try await R.row(rig.db, "live").status != "ACTIVE"
+                try await R.row(rig.db, "live").status != .active
             }
-            #expect(try await R.row(rig.db, "live").status == "REVOKED")
+            #expect(try await R.row(rig.db, "live").status == .revoked)
             #expect(rig.production.requests.isEmpty)
             loop.cancel()
             await loop.value

@@ -36,9 +36,9 @@ struct ConcurrencyTests {
             try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
             #expect(try await worker.drain() == 1)
             #expect(sender.pushes.map(\.token).sorted() == ["token-a", "token-b"])
-            #expect(try db.deliveries().map(\.status) == ["SENT", "SENT"])
+            #expect(try db.deliveries().map(\.status) == [.sent, .sent])
             let event = try db.eventStatus(id)
-            #expect(event.status == "DONE" && event.attempts == 2)
+            #expect(event.status == .done && event.attempts == 2)
         }
     }
 
@@ -61,7 +61,7 @@ struct ConcurrencyTests {
             ]), maxAttempts: 10)
             #expect(late.eventStatuses.isEmpty)
             let row = try db.eventStatus(id)
-            #expect(row.status == "DEAD" && row.lastError == "from B")
+            #expect(row.status == .dead && row.lastError == "from B")
         }
     }
 
@@ -94,7 +94,7 @@ struct ConcurrencyTests {
                 settlements: [EventSettlement(id: id, eventKey: "doseTaken:group-1", patientId: "p1", lease: lease, retryDelay: .seconds(1), error: nil)]),
                 maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .pending)
-            #expect(try db.eventStatus(id).status == "PENDING")
+            #expect(try db.eventStatus(id).status == .pending)
         }
     }
 
@@ -138,7 +138,7 @@ struct ConcurrencyTests {
                                              deliveryIds: deliveries.map(\.id))
             let summary = try await store.complete(.init(settlements: [settlement]), maxAttempts: 10)
             #expect(summary.eventStatuses[id] == .pending)
-            #expect(try db.eventStatus(id).status == "PENDING")
+            #expect(try db.eventStatus(id).status == .pending)
             // With its rows in place (written in an earlier flush), the same settlement is DONE.
             let other = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "group-2"))
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!

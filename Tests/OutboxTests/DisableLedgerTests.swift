@@ -24,7 +24,7 @@ struct DisableLedgerTests {
             }
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             try await makeWorker(conninfo, sender: dead).0.drain()
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
 
             let ledger = try db.connection.query("""
                 SELECT l."pushDeviceId" AS device, l.reason, l."eventKey" AS key, l."lastError" AS err, l."disabledAt" = d."updatedAt" AS same
@@ -61,7 +61,7 @@ struct DisableLedgerTests {
             #expect(JSONValue.parse(resent.output)?["resent"]?.arrayValue?.count == 1)
             #expect(JSONValue.parse(resent.output)?["skipped"]?.arrayValue?.count == 1)  // d-2 stays disabled
             try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
             let deliveries = try db.connection.query(#"SELECT "pushDeviceId" AS d, status FROM "PushDelivery" ORDER BY 1"#)
                 .map { "\(try $0["d"].string())=\(try $0["status"].string())" }
             #expect(deliveries == ["d-1=SENT", "d-2=FAILED", "d-3=SENT"])

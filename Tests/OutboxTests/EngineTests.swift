@@ -31,14 +31,14 @@ struct EngineTests {
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
 
-            for id in good { #expect(try db.eventStatus(id).status == "DONE") }
+            for id in good { #expect(try db.eventStatus(id).status == .done) }
             #expect(sender.pushes.count == 6)
             let bad = try db.eventStatus(unindexable)
-            #expect(bad.status == "DEAD")
+            #expect(bad.status == .dead)
             #expect(bad.lastError?.contains("SQLSTATE 54000") == true)
             #expect(bad.lastError?.contains("index row size") == true)
             let long = try db.eventStatus(tooLong)
-            #expect(long.status == "DEAD")
+            #expect(long.status == .dead)
             #expect(long.lastError?.contains("recordingGroupId is 4000 characters") == true)
         }
     }
@@ -66,7 +66,7 @@ struct EngineTests {
                 #expect(order.count == 43)
                 #expect(Array(order.prefix(40)) == Array(repeating: "fast-device", count: 40))
                 #expect(Array(order.suffix(3)) == Array(repeating: "slow6000-device", count: 3))
-                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+                #expect(try db.deliveries().allSatisfy { $0.status == .sent })
             }
         }
     }
@@ -111,7 +111,7 @@ struct EngineTests {
             let all = slow.pushes + rest.pushes
             #expect(all.count == 10)
             #expect(Set(all.map(\.eventKey)).count == 10)
-            #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+            #expect(try db.deliveries().allSatisfy { $0.status == .sent })
         }
     }
 
@@ -133,7 +133,7 @@ struct EngineTests {
             stop.request(grace: .milliseconds(100))
             await running.value
             let event = try db.eventStatus(id)
-            #expect(event.status == "PENDING" && event.attempts == 0)
+            #expect(event.status == .pending && event.attempts == 0)
             let delivery = try db.connection.query(#"""
                 SELECT status, "leaseExpiresAt" > now() AS leased FROM "PushDelivery"
                 """#)[0]
@@ -208,7 +208,7 @@ struct EngineTests {
             _ = try await drained
             #expect(gated.pushes.map(\.eventKey) == [sending], "\(sink.entries.map { "\($0.message) \($0.metadata)" })")
             let kept = Int64(try db.connection.query(#"SELECT id FROM "PushOutbox" WHERE payload->>'recordingGroupId' = \#(group)"#)[0]["id"].int())
-            #expect(try db.eventStatus(kept).status == "DONE")
+            #expect(try db.eventStatus(kept).status == .done)
         }
     }
 }

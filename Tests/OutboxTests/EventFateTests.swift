@@ -54,13 +54,13 @@ struct EventFateTests {
     @Test func deliveryWrite_columns() {
         let answered = Date(timeIntervalSince1970: 1_770_000_100), started = Date(timeIntervalSince1970: 1_770_000_000)
         let sent = DeliveryWrite.sent(messageName: "m", answeredAt: answered).columns
-        #expect(sent.kind == "SENT" && sent.detail == "m" && sent.sentAt == 1_770_000_100 && sent.sendStartedAt == nil)
+        #expect(sent.kind == .sent && sent.detail == "m" && sent.sentAt == 1_770_000_100 && sent.sendStartedAt == nil)
         let failed = DeliveryWrite.failed(reason: "THIRD_PARTY_AUTH_ERROR").columns
-        #expect(failed.kind == "FAILED" && failed.detail == "THIRD_PARTY_AUTH_ERROR" && failed.sentAt == nil && failed.sendStartedAt == nil)
+        #expect(failed.kind == .failed && failed.detail == "THIRD_PARTY_AUTH_ERROR" && failed.sentAt == nil && failed.sendStartedAt == nil)
         let pending = DeliveryWrite.pending(reason: "UNAVAILABLE", notBefore: .seconds(3)).columns
-        #expect(pending.kind == "PENDING" && pending.detail == "UNAVAILABLE" && pending.sentAt == nil)
+        #expect(pending.kind == .pending && pending.detail == "UNAVAILABLE" && pending.sentAt == nil)
         let disable = DeliveryWrite.disable(.notFound, witnessed: true, sendStartedAt: started).columns
-        #expect(disable.kind == "DISABLE" && disable.detail == "UNREGISTERED: 404 NOT_FOUND without an FcmError detail")
+        #expect(disable.kind == .disable && disable.detail == "UNREGISTERED: 404 NOT_FOUND without an FcmError detail")
         #expect(disable.sentAt == nil && disable.sendStartedAt == 1_770_000_000)
         #expect(DisablingAnswer.notFound.deviceCode == "UNREGISTERED" && DisablingAnswer.invalidToken.deviceCode == "INVALID_ARGUMENT")
     }

@@ -63,7 +63,7 @@ struct FCMFaultTests {
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
-                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+                #expect(try db.deliveries().allSatisfy { $0.status == .sent })
                 #expect(emulator.stats.distinctAccepted == 10)
                 #expect(emulator.stats.duplicates == 0)
                 #expect(health.last == .ok)
@@ -139,7 +139,7 @@ struct FCMFaultTests {
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
-                #expect(try db.deliveries().allSatisfy { $0.status == "SENT" })
+                #expect(try db.deliveries().allSatisfy { $0.status == .sent })
                 #expect(emulator.stats.distinctAccepted == 10)
                 #expect(emulator.stats.duplicates == 0)
             }

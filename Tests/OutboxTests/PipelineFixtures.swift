@@ -77,14 +77,14 @@ struct Fixtures {
         return #"{"date":"\#(date)","slot":"\#(slot)","recordingGroupId":\#(groupJSON),"withinTime":\#(withinTime),"isPrn":false,"takenAt":"\#(takenAt)"}"#
     }
 
-    func eventStatus(_ id: Int64) throws -> (status: String, attempts: Int, lastError: String?) {
+    func eventStatus(_ id: Int64) throws -> (status: OutboxStatus, attempts: Int, lastError: String?) {
         let row = try connection.query(#"SELECT status, attempts, "lastError" FROM "PushOutbox" WHERE id = \#(id)"#)[0]
-        return (try row["status"].string(), try row["attempts"].int(), row["lastError"].optionalString())
+        return (try row["status"].decode(OutboxStatus.self), try row["attempts"].int(), row["lastError"].optionalString())
     }
 
-    func deliveries() throws -> [(key: String, device: String, status: String, messageId: String?)] {
+    func deliveries() throws -> [(key: String, device: String, status: DeliveryStatus, messageId: String?)] {
         try connection.query(#"SELECT "eventKey", "pushDeviceId", status, "fcmMessageId" FROM "PushDelivery" ORDER BY "eventKey", "pushDeviceId""#)
-            .map { (try $0["eventKey"].string(), try $0["pushDeviceId"].string(), try $0["status"].string(), $0["fcmMessageId"].optionalString()) }
+            .map { (try $0["eventKey"].string(), try $0["pushDeviceId"].string(), try $0["status"].decode(DeliveryStatus.self), $0["fcmMessageId"].optionalString()) }
     }
 }
 

@@ -23,10 +23,10 @@ struct PipelineTests {
             let sender = ScriptedSender()
             let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
             #expect(try await worker.drain() == 1)
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
             let deliveries = try db.deliveries()
             #expect(deliveries.map(\.device) == ["d1", "d2"])
-            #expect(deliveries.allSatisfy { $0.status == "SENT" && $0.key == "doseTaken:group-1" })
+            #expect(deliveries.allSatisfy { $0.status == .sent && $0.key == "doseTaken:group-1" })
             #expect(deliveries.map(\.messageId) == ["projects/p/messages/token-a", "projects/p/messages/token-b"])
             let pushes = sender.pushes.sorted { $0.token < $1.token }
             #expect(pushes.map(\.token) == ["token-a", "token-b"])
@@ -50,7 +50,7 @@ struct PipelineTests {
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
             #expect(try db.deliveries().isEmpty)
             #expect(sender.pushes.isEmpty)
         }
@@ -68,8 +68,8 @@ struct PipelineTests {
             try await worker.drain()
             #expect(sender.pushes.count == 2)
             #expect(try db.deliveries().count == 2)
-            #expect(try db.eventStatus(first).status == "DONE")
-            #expect(try db.eventStatus(second).status == "DONE")
+            #expect(try db.eventStatus(first).status == .done)
+            #expect(try db.eventStatus(second).status == .done)
         }
     }
 
@@ -88,13 +88,13 @@ struct PipelineTests {
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             let errors = try bad.map { try db.eventStatus($0) }
-            #expect(errors.allSatisfy { $0.status == "DEAD" })
+            #expect(errors.allSatisfy { $0.status == .dead })
             #expect(errors[0].lastError?.contains("unknown eventType \"DOSE_SKIPPED\"") == true)
             #expect(errors[1].lastError?.contains("payload is a JSON array") == true)
             #expect(errors[2].lastError?.contains("payload.date is missing") == true)
             #expect(errors[3].lastError?.contains("payload.slot \"brunch\"") == true)
             #expect(errors[4].lastError?.contains("unknown patient ghost") == true)
-            #expect(try db.eventStatus(good).status == "DONE")
+            #expect(try db.eventStatus(good).status == .done)
             #expect(sender.pushes.map(\.eventKey) == ["doseTaken:g-good"])
         }
     }
@@ -115,7 +115,7 @@ struct PipelineTests {
             #expect(row["lastError"].optionalString() == "UNAVAILABLE")
             #expect(try row["wait"].double() >= 100)  // Retry-After (120 s), not the 2 s backoff; slack for a loaded machine
             #expect(try row["released"].bool())
-            #expect(try db.deliveries().map(\.status) == ["PENDING"])
+            #expect(try db.deliveries().map(\.status) == [.pending])
         }
     }
 
@@ -143,7 +143,7 @@ struct PipelineTests {
                 try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE status = 'PENDING'"#)
             }
             let dead = try db.eventStatus(id)
-            #expect(dead.status == "DEAD")
+            #expect(dead.status == .dead)
             #expect(dead.attempts == 3)
             #expect(dead.lastError?.contains("attempts exhausted") == true)
 
@@ -153,8 +153,8 @@ struct PipelineTests {
             #expect(redriven.status == 0)
             #expect(JSONValue.parse(redriven.output)?["redriven"] == .array([.number(Double(id))]))
             try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
-            #expect(try db.eventStatus(id).status == "DONE")
-            #expect(try db.deliveries().map(\.status) == ["SENT"])
+            #expect(try db.eventStatus(id).status == .done)
+            #expect(try db.deliveries().map(\.status) == [.sent])
             let again = await CommandRunner.execute(redrive, arguments: ["--event", "\(id)"], environment: environment)
             #expect(again.status == 1)
             #expect(again.errorOutput.contains("outbox event \(id) is DONE, not DEAD"))
@@ -169,7 +169,7 @@ struct PipelineTests {
             try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = \#(id)"#)
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
-            #expect(try db.eventStatus(id).status == "EXPIRED")
+            #expect(try db.eventStatus(id).status == .expired)
             #expect(sender.pushes.isEmpty)
         }
     }
@@ -198,8 +198,8 @@ struct PipelineTests {
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
             try await worker.drain()
-            #expect(try db.eventStatus(id).status == "DONE")
-            #expect(try db.deliveries().allSatisfy { $0.status == "FAILED" })
+            #expect(try db.eventStatus(id).status == .done)
+            #expect(try db.deliveries().allSatisfy { $0.status == .failed })
             let enabled = try db.connection.query(#"SELECT id, "isEnabled" FROM "PushDevice" ORDER BY id"#)
                 .map { "\(try $0["id"].string())=\(try $0["isEnabled"].bool())" }
             #expect(enabled == ["d-dead=false", "d-ok=true", "d-reregistered=true"])

@@ -39,8 +39,8 @@ struct RecipientsTests {
             #expect(try await worker.drain() == 2)
             let pushes = sender.pushes.map { "\($0.token) \($0.patientId)" }.sorted()
             #expect(pushes == ["phone-1 pb", "phone-3 pa"])
-            #expect(try db.eventStatus(forA).status == "DONE")
-            #expect(try db.eventStatus(forB).status == "DONE")
+            #expect(try db.eventStatus(forA).status == .done)
+            #expect(try db.eventStatus(forB).status == .done)
             // Not sent to, and not a failure of the event: no delivery row for the skipped devices.
             #expect(try db.deliveries().map(\.device) == ["a-phone-3", "b-phone-1"])
             #expect(metrics.value("push_recipients_skipped_total", labels: ["reason": "token_superseded"]) == 2)
@@ -94,7 +94,7 @@ struct RecipientsTests {
             let pushes = sender.pushes.sorted { $0.token < $1.token }
             #expect(pushes.map { "\($0.token) \($0.patientId) \($0.displayName) \($0.slot)" }
                 == ["token-c1 p1 一郎 morning", "token-c2 p2 二郎 evening"])
-            for id in ids { #expect(try db.eventStatus(id).status == "DONE") }
+            for id in ids { #expect(try db.eventStatus(id).status == .done) }
             let owners = try db.connection.query(#"SELECT "pushDeviceId", "patientId", status FROM "PushDelivery" ORDER BY 1"#)
                 .map { "\(try $0["pushDeviceId"].string()) \(try $0["patientId"].string()) \(try $0["status"].string())" }
             #expect(owners == ["d1 p1 SENT", "d2 p2 SENT"])
@@ -116,18 +116,18 @@ struct RecipientsTests {
             let first = try db.enqueue(patient: "p1", payload: Fixtures.payload(slot: "morning", group: "shared-group"))
             let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: unavailable).0.drain()
-            #expect(try db.eventStatus(first).status == "PENDING")
+            #expect(try db.eventStatus(first).status == .pending)
             let second = try db.enqueue(patient: "p2", payload: Fixtures.payload(slot: "evening", group: "shared-group"))
             let sender = ScriptedSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
             try await worker.drain()
             #expect(sender.pushes.isEmpty)
-            #expect(try db.eventStatus(second).status == "DONE")
-            #expect(try db.eventStatus(first).status == "PENDING")  // its own retry is still ahead
+            #expect(try db.eventStatus(second).status == .done)
+            #expect(try db.eventStatus(first).status == .pending)  // its own retry is still ahead
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE id = \#(Int(first))"#)
             try await worker.drain()
             #expect(sender.pushes.map { "\($0.token) \($0.patientId) \($0.displayName) \($0.slot)" } == ["token-c1 p1 一郎 morning"])
-            #expect(try db.eventStatus(first).status == "DONE")
+            #expect(try db.eventStatus(first).status == .done)
         }
     }
 
@@ -143,13 +143,13 @@ struct RecipientsTests {
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: unavailable).0.drain()
-            #expect(try db.eventStatus(id).status == "PENDING")
+            #expect(try db.eventStatus(id).status == .pending)
             try db.connection.query(change)
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now()"#)
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(sender.pushes.isEmpty)
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
             let row = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)[0]
             #expect(try row["status"].string() == "FAILED")
             #expect(row["lastError"].optionalString() == reason)
@@ -188,7 +188,7 @@ struct RecipientsTests {
             let sender = ScriptedSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(sender.pushes.map(\.token) == ["token-other"])
-            #expect(try db.eventStatus(id).status == "DONE")
+            #expect(try db.eventStatus(id).status == .done)
             let inline = try db.connection.query(#"""
                 SELECT id, status, attempts, "sentAt" IS NULL AS unsent, "lastError", "patientId", "leaseToken" IS NULL AS unleased
                 FROM "PushDelivery" WHERE id LIKE 'inline-%' ORDER BY id

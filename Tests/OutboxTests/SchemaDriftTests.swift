@@ -60,7 +60,7 @@ struct SchemaDriftTests {
             await running.value
             let deliveries = try db.deliveries()
             #expect(deliveries.count == enqueued * 2)
-            #expect(deliveries.allSatisfy { $0.status == "SENT" })
+            #expect(deliveries.allSatisfy { $0.status == .sent })
             #expect(sender.pushes.count == enqueued * 2)
             #expect(Set(sender.pushes.map { "\($0.eventKey)|\($0.token)" }).count == enqueued * 2)
             #expect(try db.connection.query(#"SELECT count(*) AS n FROM "AuditLog""#)[0]["n"].int() > 0)  // the trigger ran under the worker

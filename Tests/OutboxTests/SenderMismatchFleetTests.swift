@@ -59,7 +59,7 @@ struct SenderMismatchFleetTests {
                 await running.value
                 let deliveries = try db.deliveries()
                 #expect(deliveries.count == 360)
-                #expect(deliveries.allSatisfy { $0.status == "SENT" })
+                #expect(deliveries.allSatisfy { $0.status == .sent })
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
                 #expect(emulator.stats.distinctAccepted == 360)
                 #expect(emulator.stats.duplicates == 0)
