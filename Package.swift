@@ -87,6 +87,9 @@ let package = Package(
         .testTarget(name: "TextSupportTests", dependencies: ["TextSupport"]),
         .testTarget(name: "WorkerAppTests", dependencies: ["WorkerApp", "TextSupport", "FCMEmulator", "HTTP", "HTTPServer", "Postgres", "Schema", "TestSupport"]),
         .testTarget(name: "OperatorCommandsTests", dependencies: ["OperatorCommands", "TextSupport", "Outbox", "Postgres", "JSON", "WorkerApp", "FCMEmulator", "TestSupport"]),
+        // Pure tests (no PostgreSQL, no servers): `swift test --filter 'OutboxUnitTests|FCMUnitTests'` runs them alone.
+        .testTarget(name: "OutboxUnitTests", dependencies: ["Outbox", "OutboxBench", "FCM", "Push", "Timekeeping"]),
+        .testTarget(name: "FCMUnitTests", dependencies: ["FCM", "Push", "JSON"]),
         .testTarget(name: "OutboxTests", dependencies: ["OperatorCommands", "OutboxBench", "JSON", "Push", "Outbox", "Lifecycle", "Timekeeping", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "WorkerApp", "Postgres", "Logging", "Metrics", "Schema", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

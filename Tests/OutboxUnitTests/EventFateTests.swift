@@ -1,14 +1,12 @@
 import Foundation
 @testable import Outbox
-import Postgres
 import Push
-import TestSupport
 import Testing
 import Timekeeping
 
 /// One rule per fate, as tables: the claim's verdict, a send outcome's write, the settlement (in Swift and in the SQL the
 /// completion statement runs: the same table through both), and the operator commands' age rule.
-@Suite("Event fate", .blockingFixtures)
+@Suite("Event fate")
 struct EventFateTests {
     static let payload = #"{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00"}"#
 
@@ -92,17 +90,6 @@ struct EventFateTests {
         for (pending, attempts, maxAttempts, expected) in Self.settlements {
             #expect(EventFate.settled(deliveriesPending: pending, attempts: attempts, maxAttempts: maxAttempts) == expected,
                     "pending \(pending), attempts \(attempts)/\(maxAttempts)")
-        }
-    }
-
-    /// The completion statement's `status` is `settledStatusSQL`: evaluated by PostgreSQL over the same table, it agrees.
-    @Test func settled_inSQL_agreesWithSwift() async throws {
-        try await TestDatabase.withMigratedDatabase { conninfo in
-            let connection = try PostgresConnection(conninfo: conninfo)
-            let values = Self.settlements.map { "(\($0.0), \($0.1), \($0.2))" }.joined(separator: ", ")
-            let expression = EventFate.settledStatusSQL(pending: "v.pending", attempts: "v.attempts", maxAttempts: "v.max_attempts")
-            let rows = try connection.query("SELECT \(unescaped: expression) AS status FROM (VALUES \(unescaped: values)) AS v(pending, attempts, max_attempts)")
-            #expect(try rows.map { try $0["status"].string() } == Self.settlements.map(\.3.rawValue))
         }
     }
 
