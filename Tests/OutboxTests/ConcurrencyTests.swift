@@ -29,7 +29,7 @@ struct ConcurrencyTests {
                     VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', \#(device), 'PENDING', 1, gen_random_uuid(), now() + interval '1 hour')
                     """#)
             }
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
             #expect(try await worker.drain() == 0)  // still leased: nothing to do
             try db.connection.query(#"UPDATE "PushOutbox" SET "leaseExpiresAt" = now() - interval '1 s', "availableAt" = now() - interval '1 s'"#)
@@ -189,7 +189,7 @@ struct ConcurrencyTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.caredForPatients(100, devicesEach: 2, events: 1000)
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let a = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0
             let b = makeWorker(conninfo, sender: sender) { $0.batchSize = 50 }.0
             async let claimedA = a.drain()

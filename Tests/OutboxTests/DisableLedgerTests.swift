@@ -19,7 +19,7 @@ struct DisableLedgerTests {
             try db.device(owner: "c1", token: "wrongly-called-dead-1", id: "d-1")
             try db.device(owner: "c1", token: "wrongly-called-dead-2", id: "d-2")
             try db.device(owner: "c1", token: "healthy", id: "d-3")
-            let dead = ScriptedSender { push in
+            let dead = FakeSender { push in
                 push.token.hasPrefix("wrongly") ? .tokenInvalid(.senderIdMismatch) : .sent(messageName: "projects/p/messages/1")
             }
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
@@ -60,7 +60,7 @@ struct DisableLedgerTests {
             #expect(resent.status == 0)
             #expect(JSONValue.parse(resent.output)?["resent"]?.arrayValue?.count == 1)
             #expect(JSONValue.parse(resent.output)?["skipped"]?.arrayValue?.count == 1)  // d-2 stays disabled
-            try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
+            try await makeWorker(conninfo, sender: FakeSender()).0.drain()
             #expect(try db.eventStatus(id).status == .done)
             let deliveries = try db.connection.query(#"SELECT "pushDeviceId" AS d, status FROM "PushDelivery" ORDER BY 1"#)
                 .map { "\(try $0["d"].string())=\(try $0["status"].string())" }

@@ -28,7 +28,7 @@ struct EngineTests {
             let unindexable = try db.enqueue(patient: "p-huge", payload: Fixtures.payload(group: String(repeating: "h", count: 200)))
             let tooLong = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: String(repeating: "g", count: 4000)))
             for group in 0..<3 { good.append(try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "after-\(group)"))) }
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
 
             for id in good { #expect(try db.eventStatus(id).status == .done) }
@@ -79,7 +79,7 @@ struct EngineTests {
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<10 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
             let started = AsyncStream<Void>.makeStream()
-            let slow = GatedSender { _ in started.continuation.yield() }
+            let slow = FakeSender(held: true, onStart: { _ in started.continuation.yield() })
             let stop = StopSignal()
             var configuration = DeliveryEngineConfiguration()
             configuration.maxInFlight = 2
@@ -106,7 +106,7 @@ struct EngineTests {
             let leased = try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE "leaseToken" IS NOT NULL"#)[0]["n"].int()
             #expect(leased == 0)
 
-            let rest = ScriptedSender()
+            let rest = FakeSender()
             try await makeWorker(conninfo, sender: rest).0.drain()
             let all = slow.pushes + rest.pushes
             #expect(all.count == 10)
@@ -123,7 +123,7 @@ struct EngineTests {
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let started = AsyncStream<Void>.makeStream()
-            let hung = GatedSender { _ in started.continuation.yield() }
+            let hung = FakeSender(held: true, onStart: { _ in started.continuation.yield() })
             let stop = StopSignal()
             let engine = DeliveryEngine(client: PostgresClient(conninfo: conninfo), sender: hung, configuration: .init(),
                                         logger: .init(label: "t", sink: MemorySink()), metrics: .init())
@@ -152,7 +152,7 @@ struct EngineTests {
             // 12 sends of 1.2 s behind one slot outlast the 12 s lease; a heartbeat every 2 s keeps it. (The dispatcher stops
             // sending 4 s before a lease could lapse by its own clock: on a CI machine running every suite at once, a claim
             // or a beat can take seconds, and a shorter lease made this instance give its work up, correctly.)
-            let sender = DelayedSender(delay: .milliseconds(1_200))
+            let sender = FakeSender(delay: .milliseconds(1_200))
             let configure: (inout DeliveryEngineConfiguration) -> Void = {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 50
@@ -183,7 +183,7 @@ struct EngineTests {
             try db.caredForPatient(tokens: ["token-a"])
             for group in 0..<4 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
             let started = AsyncStream<String>.makeStream()
-            let gated = GatedSender { push in started.continuation.yield(push.eventKey) }
+            let gated = FakeSender(held: true, onStart: { push in started.continuation.yield(push.eventKey) })
             let (engine, _, sink) = makeWorker(conninfo, sender: gated) {
                 $0.maxInFlight = 1
                 $0.highWaterFactor = 10
@@ -211,73 +211,6 @@ struct EngineTests {
             #expect(try db.eventStatus(kept).status == .done)
         }
     }
-}
-
-/// Holds every send until `open()`; `cancelInFlight` answers the held ones with a transport retry.
-final class GatedSender: PushSender, Sendable {
-    private struct State {
-        var open = false
-        var held: [(push: DoseTakenPush, completion: @Sendable (SendOutcome) -> Void)] = []
-        var pushes: [DoseTakenPush] = []
-    }
-
-    private let state = Mutex(State())
-    let onStart: @Sendable (DoseTakenPush) -> Void
-
-    init(onStart: @escaping @Sendable (DoseTakenPush) -> Void) { self.onStart = onStart }
-
-    var pushes: [DoseTakenPush] { state.withLock { $0.pushes } }
-
-    func open() {
-        let held = state.withLock { state in
-            state.open = true
-            state.pushes += state.held.map(\.push)
-            defer { state.held.removeAll() }
-            return state.held
-        }
-        for item in held { item.completion(.sent(messageName: "projects/p/messages/\(item.push.eventKey)")) }
-    }
-
-    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        onStart(push)
-        let now = state.withLock { state -> Bool in
-            if state.open { state.pushes.append(push); return true }
-            state.held.append((push, completion))
-            return false
-        }
-        if now { completion(.sent(messageName: "projects/p/messages/\(push.eventKey)")) }
-    }
-
-    func cancelWaiting() {}
-
-    func cancelInFlight() {
-        let held = state.withLock { state in
-            defer { state.held.removeAll() }
-            return state.held
-        }
-        for item in held { item.completion(.retry(reason: "TRANSPORT_CANCELLED", after: nil, minimumBackoff: nil)) }
-    }
-}
-
-/// Answers every push after `delay`.
-final class DelayedSender: PushSender, Sendable {
-    let delay: Duration
-    private let sent = Recorder<DoseTakenPush>()
-
-    init(delay: Duration) { self.delay = delay }
-
-    var pushes: [DoseTakenPush] { sent.all }
-
-    func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) { [self] in
-            sent.record(push)
-            completion(.sent(messageName: "projects/p/messages/\(push.eventKey)"))
-        }
-    }
-
-    func cancelWaiting() {}
-    func cancelInFlight() {}
 }
 
 /// Records the order in which pushes were answered.

@@ -88,24 +88,70 @@ struct Fixtures {
     }
 }
 
-/// A PushSender whose answers are scripted by token prefix; records every push it was handed.
-final class ScriptedSender: PushSender, Sendable {
-    private let sent = Recorder<DoseTakenPush>()
-    let answer: @Sendable (DoseTakenPush) -> SendOutcome
+/// The pipeline tests' one fake FCM. Each push is answered with `answer` (SENT, named by its token, by default): at
+/// once, after `delay`, or, when `held`, only once `open()` is called (`cancelInFlight` answers the held ones with a
+/// transport retry, as a stop's deadline does). `onStart` sees each push as it is handed over; `pushes` are the pushes
+/// answered so far, in the order they were answered.
+final class FakeSender: PushSender, Sendable {
+    private struct State {
+        var open: Bool
+        var held: [(push: DoseTakenPush, completion: @Sendable (SendOutcome) -> Void)] = []
+    }
 
-    init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") }) {
+    private let state: Mutex<State>
+    private let answered = Recorder<DoseTakenPush>()
+    let answer: @Sendable (DoseTakenPush) -> SendOutcome
+    let delay: Duration?
+    let onStart: @Sendable (DoseTakenPush) -> Void
+
+    init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") },
+         held: Bool = false, delay: Duration? = nil, onStart: @escaping @Sendable (DoseTakenPush) -> Void = { _ in }) {
+        state = Mutex(State(open: !held))
+        self.delay = delay
+        self.onStart = onStart
         self.answer = answer
     }
 
+    var pushes: [DoseTakenPush] { answered.all }
+
     func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
-        sent.record(push)
-        completion(answer(push))
+        onStart(push)
+        let now = state.withLock { state -> Bool in
+            if !state.open { state.held.append((push, completion)) }
+            return state.open
+        }
+        guard now else { return }
+        guard let delay else { return reply(push, completion) }
+        Task {
+            try? await Task.sleep(for: delay)
+            reply(push, completion)
+        }
+    }
+
+    /// Answers the held pushes, and every later one at once.
+    func open() {
+        let held = state.withLock { state in
+            state.open = true
+            defer { state.held.removeAll() }
+            return state.held
+        }
+        for item in held { reply(item.push, item.completion) }
     }
 
     func cancelWaiting() {}
-    func cancelInFlight() {}
 
-    var pushes: [DoseTakenPush] { sent.all }
+    func cancelInFlight() {
+        let held = state.withLock { state in
+            defer { state.held.removeAll() }
+            return state.held
+        }
+        for item in held { item.completion(.retry(reason: "TRANSPORT_CANCELLED", after: nil, minimumBackoff: nil)) }
+    }
+
+    private func reply(_ push: DoseTakenPush, _ completion: @Sendable (SendOutcome) -> Void) {
+        answered.record(push)
+        completion(answer(push))
+    }
 }
 
 /// A worker with test-friendly settings.

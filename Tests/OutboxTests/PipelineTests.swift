@@ -20,7 +20,7 @@ struct PipelineTests {
             try db.device(owner: "c1", token: "token-off", enabled: false, id: "d3")
             try db.device(owner: "someone-else", token: "token-x", id: "d4")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
             #expect(try await worker.drain() == 1)
             #expect(try db.eventStatus(id).status == .done)
@@ -48,7 +48,7 @@ struct PipelineTests {
             try db.link(caregiver: "c1", patient: "p1", status: "REVOKED")
             try db.device(owner: "c1", token: "token-a")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(try db.eventStatus(id).status == .done)
             #expect(try db.deliveries().isEmpty)
@@ -61,7 +61,7 @@ struct PipelineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a", "token-b"])
             let first = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-same"))
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
             try await worker.drain()
             let second = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-same"))
@@ -85,7 +85,7 @@ struct PipelineTests {
                 try db.enqueue(patient: "ghost", payload: Fixtures.payload(group: "g-ghost")),
             ]
             let good = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g-good"))
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             let errors = try bad.map { try db.eventStatus($0) }
             #expect(errors.allSatisfy { $0.status == .dead })
@@ -104,7 +104,7 @@ struct PipelineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: .seconds(120), minimumBackoff: nil) }
+            let sender = FakeSender { _ in .retry(reason: "UNAVAILABLE", after: .seconds(120), minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: sender).0.drain()
             let row = try db.connection.query(#"""
                 SELECT status, attempts, "lastError", extract(epoch FROM "availableAt" - now())::float8 AS wait,
@@ -124,7 +124,7 @@ struct PipelineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender { _ in .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
+            let sender = FakeSender { _ in .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
             try await makeWorker(conninfo, sender: sender).0.drain()
             let wait = try db.connection.query(#"SELECT extract(epoch FROM "availableAt" - now())::float8 AS w FROM "PushOutbox" WHERE id = \#(id)"#)[0]["w"].double()
             #expect(wait >= 50)  // the 60 s QUOTA floor, not the 2 s backoff; slack for a loaded machine
@@ -136,7 +136,7 @@ struct PipelineTests {
             let db = try Fixtures(conninfo)
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let failing = ScriptedSender { _ in .retry(reason: "INTERNAL", after: nil, minimumBackoff: nil) }
+            let failing = FakeSender { _ in .retry(reason: "INTERNAL", after: nil, minimumBackoff: nil) }
             let (worker, _, _) = makeWorker(conninfo, sender: failing) { $0.maxAttempts = 3 }
             for _ in 0..<3 {
                 try await worker.drain()
@@ -152,7 +152,7 @@ struct PipelineTests {
             let redriven = await CommandRunner.execute(redrive, arguments: ["--event", "\(id)", "--json"], environment: environment)
             #expect(redriven.status == 0)
             #expect(JSONValue.parse(redriven.output)?["redriven"] == .array([.number(Double(id))]))
-            try await makeWorker(conninfo, sender: ScriptedSender()).0.drain()
+            try await makeWorker(conninfo, sender: FakeSender()).0.drain()
             #expect(try db.eventStatus(id).status == .done)
             #expect(try db.deliveries().map(\.status) == [.sent])
             let again = await CommandRunner.execute(redrive, arguments: ["--event", "\(id)"], environment: environment)
@@ -167,7 +167,7 @@ struct PipelineTests {
             try db.caredForPatient(tokens: ["token-a"])
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             try db.connection.query(#"UPDATE "PushOutbox" SET "createdAt" = now() - interval '25 hours' WHERE id = \#(id)"#)
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(try db.eventStatus(id).status == .expired)
             #expect(sender.pushes.isEmpty)
@@ -183,7 +183,7 @@ struct PipelineTests {
             try db.device(owner: "c1", token: "dead-token-2", id: "d-reregistered")
             try db.device(owner: "c1", token: "payload-bug", id: "d-ok")
             let connection = db.connection
-            let sender = ScriptedSender { push in
+            let sender = FakeSender { push in
                 switch push.token {
                 case "dead-token-2":
                     // The app re-registers this device while the send is in flight.
@@ -217,7 +217,7 @@ struct PipelineTests {
             try db.link(caregiver: "c1", patient: "p1")
             try db.device(owner: "c1", token: "dead-token-1", id: "d-dead")
             try db.device(owner: "c1", token: "payload-bug", id: "d-bug")
-            let sender = ScriptedSender { push in
+            let sender = FakeSender { push in
                 push.token == "payload-bug" ? .permanentFailure(reason: "INVALID_ARGUMENT") : .tokenInvalid(.unregistered)
             }
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: nil))

@@ -26,7 +26,7 @@ struct PoolerTests {
                 SELECT 'DOSE_TAKEN', 'p1', '{}', 'DONE', now() - interval '30 days', 'old-' || g FROM generate_series(1, 40) g
                 """#)
 
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             func engine() -> DeliveryEngine {
                 var configuration = DeliveryEngineConfiguration()
                 configuration.pollInterval = .milliseconds(50)

@@ -82,14 +82,14 @@ struct RecipientsAgreementTests {
                 try RecipientsTests.device(db, owner: caregiver, token: "phone-\(device)", id: device, lastSeen: "1 day")
             }
             let waiting = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "waiting"))
-            try await makeWorker(conninfo, sender: ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }).0.drain()
+            try await makeWorker(conninfo, sender: FakeSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }).0.drain()
             let failed = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "failed"))
-            #expect(try await makeWorker(conninfo, sender: ScriptedSender { _ in .permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR") }).0.drain() == 1)
+            #expect(try await makeWorker(conninfo, sender: FakeSender { _ in .permanentFailure(reason: "THIRD_PARTY_AUTH_ERROR") }).0.drain() == 1)
             for query in Self.change { try db.connection.query(query) }
 
             let fresh = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "fresh"))
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE id = \#(waiting)"#)
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
             #expect(try await worker.drain() == 2)
             let recipients = Self.devices.filter { $0.expected == nil }.map { "phone-" + $0.device }

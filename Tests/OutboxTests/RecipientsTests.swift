@@ -34,7 +34,7 @@ struct RecipientsTests {
             try Self.device(db, owner: "ca", token: "phone-3", id: "a-phone-3", lastSeen: "1 day")
             let forA = try db.enqueue(patient: "pa", payload: Fixtures.payload(group: "ga"))
             let forB = try db.enqueue(patient: "pb", payload: Fixtures.payload(group: "gb"))
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, metrics, _) = makeWorker(conninfo, sender: sender)
             #expect(try await worker.drain() == 2)
             let pushes = sender.pushes.map { "\($0.token) \($0.patientId)" }.sorted()
@@ -60,7 +60,7 @@ struct RecipientsTests {
             try Self.device(db, owner: "c2", token: "own-2", id: "c2-own", lastSeen: "5 hours")
             try Self.device(db, owner: "c3", token: "own-3", id: "c3-own", lastSeen: "5 hours")
             try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(sender.pushes.map(\.token).sorted() == ["own-1", "own-2", "own-3", "shared"])
             #expect(try db.deliveries().map(\.device) == ["c1-own", "c2-own", "c2-shared", "c3-own"])
@@ -89,7 +89,7 @@ struct RecipientsTests {
                        ('DOSE_TAKEN', 'p2', \#(Fixtures.payload(slot: "evening", group: "shared-group"))::jsonb) RETURNING id
                 """#)
                 .map { Int64(try $0["id"].int()) }
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             let pushes = sender.pushes.sorted { $0.token < $1.token }
             #expect(pushes.map { "\($0.token) \($0.patientId) \($0.displayName) \($0.slot)" }
@@ -114,11 +114,11 @@ struct RecipientsTests {
             try db.link(caregiver: "c2", patient: "p2")
             try db.device(owner: "c1", token: "token-c1", id: "d1")
             let first = try db.enqueue(patient: "p1", payload: Fixtures.payload(slot: "morning", group: "shared-group"))
-            let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
+            let unavailable = FakeSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: unavailable).0.drain()
             #expect(try db.eventStatus(first).status == .pending)
             let second = try db.enqueue(patient: "p2", payload: Fixtures.payload(slot: "evening", group: "shared-group"))
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             let (worker, _, _) = makeWorker(conninfo, sender: sender)
             try await worker.drain()
             #expect(sender.pushes.isEmpty)
@@ -141,12 +141,12 @@ struct RecipientsTests {
             try db.link(caregiver: "c1", patient: "p1")
             try device(db, owner: "c1", token: "phone", id: "c1-phone", lastSeen: "1 day")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let unavailable = ScriptedSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
+            let unavailable = FakeSender { _ in .retry(reason: "UNAVAILABLE", after: nil, minimumBackoff: nil) }
             try await makeWorker(conninfo, sender: unavailable).0.drain()
             #expect(try db.eventStatus(id).status == .pending)
             try db.connection.query(change)
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now()"#)
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(sender.pushes.isEmpty)
             #expect(try db.eventStatus(id).status == .done)
@@ -185,7 +185,7 @@ struct RecipientsTests {
                     ('inline-2', 'doseTaken:no-outbox-event', 'd-inline', now())
                 """#)
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             #expect(sender.pushes.map(\.token) == ["token-other"])
             #expect(try db.eventStatus(id).status == .done)

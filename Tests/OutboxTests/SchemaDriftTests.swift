@@ -17,7 +17,7 @@ struct SchemaDriftTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.caredForPatients(50, devicesEach: 2, events: 0)
-            let sender = ScriptedSender()
+            let sender = FakeSender()
             // The daemon's client: transaction settings, so claim, fan-out and flush all run as prepared statements.
             var configuration = DeliveryEngineConfiguration()
             configuration.pollInterval = .milliseconds(50)
