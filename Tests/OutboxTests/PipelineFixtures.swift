@@ -11,72 +11,7 @@ import Push
 import Synchronization
 import TestSupport
 
-/// Seeds the API's tables and enqueues events exactly as the web API does.
-struct Fixtures {
-    let connection: PostgresConnection
-
-    init(_ conninfo: String) throws { connection = try PostgresConnection(conninfo: conninfo) }
-
-    func patient(_ id: String, name: String = "山田花子") throws {
-        try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES (\#(id), \#(name))"#)
-    }
-
-    func link(caregiver: String, patient: String, status: String = "ACTIVE") throws {
-        try connection.query(#"""
-            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(UUID().uuidString), \#(caregiver), \#(patient), \#(status))
-            """#)
-    }
-
-    @discardableResult
-    func device(owner: String, token: String, enabled: Bool = true, id: String = UUID().uuidString) throws -> String {
-        try connection.query("""
-            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES (\(id), 'CAREGIVER', \(owner), \(token), 'ios', 'PROD', \(enabled), now() - interval '1 day')
-            """)
-        return id
-    }
-
-    /// Patient `p1` with caregiver `c1` (ACTIVE link) and one enabled device per token.
-    func caredForPatient(tokens: [String]) throws {
-        try patient("p1")
-        try link(caregiver: "c1", patient: "p1")
-        for token in tokens { try device(owner: "c1", token: token) }
-    }
-
-    /// The web API's documented enqueue statement.
-    @discardableResult
-    func enqueue(patient: String, payload: String, eventType: String = "DOSE_TAKEN") throws -> Int64 {
-        Int64(try connection.query("""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES (\(eventType), \(patient), \(payload)::jsonb) RETURNING id
-            """)[0]["id"].int())
-    }
-
-    /// `patients` patients, each cared for by one caregiver with `devices` devices, and `events` DOSE_TAKEN events spread over them.
-    func caredForPatients(_ patients: Int, devicesEach devices: Int, events: Int) throws {
-        try connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, \#(patients)::int) g"#)
-        try connection.query(#"""
-            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status)
-            SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, \#(patients)::int) g
-            """#)
-        try connection.query(#"""
-            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
-            SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now()
-            FROM generate_series(1, \#(patients)::int) g, generate_series(1, \#(devices)::int) k
-            """#)
-        try connection.query(#"""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-            SELECT 'DOSE_TAKEN', 'p' || (1 + g % \#(patients)::int), jsonb_build_object('date', '2026-02-11', 'slot', 'morning',
-                'recordingGroupId', 'group-' || g, 'withinTime', true, 'isPrn', false, 'takenAt', '2026-02-11T08:03:27+09:00')
-            FROM generate_series(1, \#(events)::int) g
-            """#)
-    }
-
-    static func payload(date: String = "2026-02-11", slot: String = "morning", group: String? = "group-1",
-                        withinTime: Bool = true, takenAt: String = "2026-02-11T08:03:27+09:00") -> String {
-        let groupJSON = group.map { "\"\($0)\"" } ?? "null"
-        return #"{"date":"\#(date)","slot":"\#(slot)","recordingGroupId":\#(groupJSON),"withinTime":\#(withinTime),"isPrn":false,"takenAt":"\#(takenAt)"}"#
-    }
-
+extension Fixtures {
     func eventStatus(_ id: Int64) throws -> (status: OutboxStatus, attempts: Int, lastError: String?) {
         let row = try connection.query(#"SELECT status, attempts, "lastError" FROM "PushOutbox" WHERE id = \#(id)"#)[0]
         return (try row["status"].decode(OutboxStatus.self), try row["attempts"].int(), row["lastError"].optionalString())

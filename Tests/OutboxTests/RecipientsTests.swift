@@ -83,12 +83,8 @@ struct RecipientsTests {
             try db.link(caregiver: "c2", patient: "p2")
             try db.device(owner: "c1", token: "token-c1", id: "d1")
             try db.device(owner: "c2", token: "token-c2", id: "d2")
-            let ids = try db.connection.query(#"""
-                INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
-                VALUES ('DOSE_TAKEN', 'p1', \#(Fixtures.payload(slot: "morning", group: "shared-group"))::jsonb),
-                       ('DOSE_TAKEN', 'p2', \#(Fixtures.payload(slot: "evening", group: "shared-group"))::jsonb) RETURNING id
-                """#)
-                .map { Int64(try $0["id"].int()) }
+            let ids = [try db.enqueue(patient: "p1", payload: Fixtures.payload(slot: "morning", group: "shared-group")),
+                       try db.enqueue(patient: "p2", payload: Fixtures.payload(slot: "evening", group: "shared-group"))]
             let sender = FakeSender()
             try await makeWorker(conninfo, sender: sender).0.drain()
             let pushes = sender.pushes.sorted { $0.token < $1.token }

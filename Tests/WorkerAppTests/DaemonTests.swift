@@ -105,10 +105,7 @@ struct DaemonTests {
         let startup = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20)
         #expect(startup.contains { $0.contains("READY=1") }, "notifications: \(startup)")
 
-        try await db.query(#"""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
-            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-daemon","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
-            """#)
+        try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-daemon")))
         try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
             try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
@@ -224,10 +221,7 @@ struct DaemonTests {
         try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'late-token')"#)
         let ready = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
         #expect(ready.contains("READY=1"), "notifications: \(ready)")
-        try await db.query(#"""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
-            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-late","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
-            """#)
+        try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-late")))
         try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
             try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
@@ -430,10 +424,7 @@ struct DaemonTests {
             try await eventually("/readyz answers 200 during the flood", timeout: .seconds(20), every: .milliseconds(200)) {
                 (try? await rig.get("/readyz").status) == 200
             }
-            try await db.query(#"""
-                INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
-                '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-flood","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
-                """#)
+            try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-flood")))
             try await eventually("the push is delivered during the flood", timeout: .seconds(20), every: .milliseconds(100)) {
                 rig.emulator.receivedMessages.map(\.token) == ["flood-token"]
             }

@@ -18,10 +18,7 @@ struct ProxyTests {
     }
 
     static func enqueue(_ db: PostgresClient) async throws {
-        try await db.query(#"""
-            INSERT INTO "PushOutbox" ("eventType", "patientId", payload) VALUES ('DOSE_TAKEN', 'p1',
-            '{"date":"2026-02-11","slot":"noon","recordingGroupId":"g-proxy","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T12:00:00+09:00"}')
-            """#)
+        try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-proxy")))
     }
 
     /// Starts the daemon with `environment` added, enqueues one event, and returns once it is DONE and the emulator
