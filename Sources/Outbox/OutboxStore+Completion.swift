@@ -191,7 +191,7 @@ extension OutboxStore {
     func complete(_ completion: Completion, maxAttempts: Int) async throws -> CompletionSummary {
         let plan = Self.plan(completion, maxAttempts: maxAttempts)
         guard !plan.statements.isEmpty else { return CompletionSummary() }
-        return try plan.summary(of: try await client.pipelinedTransaction(plan.statements.map(\.query), settings: frequentSettings))
+        return try plan.summary(of: try await client.pipelinedTransaction(plan.statements.map(\.query), settings: settings(.generic)))
     }
 
     /// The statements of one flush, and how to read their answers.
@@ -309,7 +309,7 @@ extension OutboxStore {
     /// Gives work that was never sent back (graceful stop, claim failure): due again at once, the attempt uncounted.
     func release(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) async throws {
         guard !events.isEmpty || !deliveries.isEmpty else { return }
-        try await client.withTransaction(settings: frequentSettings) { connection in
+        try await client.withTransaction(settings: settings(.generic)) { connection in
             if !deliveries.isEmpty {
                 try connection.query(Self.releaseDeliveriesQuery(ids: deliveries.map(\.id), leases: deliveries.map(\.lease.text)))
             }
@@ -348,7 +348,7 @@ extension OutboxStore {
     /// then events: the order in which a completer flush locks them.
     func extendLeases(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)],
                       lease: Duration) async throws -> (events: Set<Int64>, deliveries: Set<String>) {
-        try await client.withTransaction(settings: frequentSettings) { connection in
+        try await client.withTransaction(settings: settings(.generic)) { connection in
             var keptEvents = Set<Int64>()
             var keptDeliveries = Set<String>()
             if !deliveries.isEmpty {

@@ -63,8 +63,8 @@ public struct TransactionSettings: Sendable, Equatable {
     /// rows per `unnest`) with the custom plans of flushes of one or two items and then plans every execution afresh:
     /// 0.32 ms of planning per flush, 65 µs of PostgreSQL's CPU per delivery with two paced instances. The generic
     /// plan's table sizes stay recent because statements are prepared again as they age
-    /// (`PostgresConnection.PreparedStatement`). The claim and the fan-out (a batch each, a few times a second) keep
-    /// the choice: custom plans of a 100-event fan-out ran 30% faster than the generic one.
+    /// (`PostgresConnection.PreparedStatement`). Which statements take it is declared beside each one
+    /// (`OutboxStore.PlanPolicy`).
     public func forFrequentStatements() -> TransactionSettings {
         TransactionSettings(values: values + [("plan_cache_mode", "force_generic_plan")], begin: begin)
     }
