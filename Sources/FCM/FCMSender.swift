@@ -13,15 +13,15 @@ public struct FCMConfiguration: Sendable {
     public var baseURL: String
     public var http: HTTPClientConfiguration
     /// This instance's sends per second at start (its share of `FCM_MAX_SENDS_PER_SECOND`; nil: no cap; 0: every send
-    /// held until a share is given); the live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
+    /// parked until a share is given); the live-instances heartbeat updates it through `FCMSender.setSendBudget(perSecond:)`.
     public var maxSendsPerSecond: Double?
     /// How long sending pauses at least after the project's QUOTA_EXCEEDED without `Retry-After`: FCM asks for 60 s.
     /// Shorter only in tests.
     public var quotaPause: Duration
-    /// A send held through a pause for longer than this is given back instead of sent (`.notSent`): its event is
+    /// A send parked through a pause for longer than this is given back instead of sent (`.notSent`): its event is
     /// claimed again and its recipients are decided anew (docs/operations.md, "Who gets the push": a
     /// link revoked or a phone that changed hands during an outage). Waits for the send rate alone never count.
-    public var maxHeldThroughPause: Duration
+    public var maxParkedThroughPause: Duration
     /// Tokens of devices that received a push lately, newest first, leaving out the tokens given (the ones under
     /// suspicion): what a disabling answer's dry run is sent to when no 200 witnessed it (the daemon asks the
     /// database; empty: none known, as in a new deployment; nil: the database could not be asked).
@@ -31,14 +31,14 @@ public struct FCMConfiguration: Sendable {
 
     public init(serviceAccount: ServiceAccount, baseURL: String = "https://fcm.googleapis.com",
                 http: HTTPClientConfiguration = .init(requestTimeout: .seconds(15)), maxSendsPerSecond: Double? = nil,
-                quotaPause: Duration = .seconds(60), maxHeldThroughPause: Duration = .seconds(30),
+                quotaPause: Duration = .seconds(60), maxParkedThroughPause: Duration = .seconds(30),
                 knownGoodTokens: @escaping @Sendable (_ excluding: [String]) async -> WitnessCandidates? = { _ in WitnessCandidates() }, witnessWait: Duration = .milliseconds(1500)) {
         self.serviceAccount = serviceAccount
         self.baseURL = baseURL
         self.http = http
         self.maxSendsPerSecond = maxSendsPerSecond
         self.quotaPause = quotaPause
-        self.maxHeldThroughPause = maxHeldThroughPause
+        self.maxParkedThroughPause = maxParkedThroughPause
         self.knownGoodTokens = knownGoodTokens
         self.witnessWait = witnessWait
     }
@@ -50,7 +50,7 @@ public final class FCMSender: PushSender {
     package let tokens: AccessTokenProvider
     private let endpoint: String
     private let logger: Logger
-    private let maxHeldThroughPause: Duration
+    private let maxParkedThroughPause: Duration
     private let duration: Histogram
     private let now: @Sendable () -> Date
     /// The request headers for the current access token, built once per token (not per send).
@@ -72,7 +72,7 @@ public final class FCMSender: PushSender {
         gate = SendGate(threshold: min(5, max(2, configuration.http.maxInFlight)), budget: configuration.maxSendsPerSecond,
                         logger: logger, metrics: metrics, onHealth: onHealth)
         quotaPause = configuration.quotaPause
-        maxHeldThroughPause = configuration.maxHeldThroughPause
+        maxParkedThroughPause = configuration.maxParkedThroughPause
         projectId = configuration.serviceAccount.projectId
         http = try HTTPClient(configuration: configuration.http)
         tokens = AccessTokenProvider(account: configuration.serviceAccount, http: http, metrics: metrics,
@@ -114,18 +114,18 @@ public final class FCMSender: PushSender {
         let pausesBefore = gate.pausesBegun
         gate.submit(SendGate.Send(
             run: { [self] ticket in
-                if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxHeldThroughPause {
+                if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxParkedThroughPause {
                     gate.abandoned(ticket: ticket)
-                    completion(.notSent(reason: "held through an FCM pause; its recipients are checked again on the next claim"))
+                    completion(.notSent(reason: "parked through an FCM pause; its recipients are checked again on the next claim"))
                     return
                 }
                 begin(push, ticket: ticket, completion)
             },
-            drop: { completion(.notSent(reason: "held while sending was paused for an FCM fault; not transmitted")) }))
+            drop: { completion(.notSent(reason: "parked while sending was paused for an FCM fault; not transmitted")) }))
     }
 
     public func cancelWaiting() {
-        gate.dropHeld()
+        gate.dropParked()
         witness.giveBack(apply: carryOut)
     }
 
@@ -138,7 +138,7 @@ public final class FCMSender: PushSender {
     public var sendRateLimit: Double? { gate.rateLimitState.cap }
 
     public func cancelInFlight() {
-        gate.dropHeld()
+        gate.dropParked()
         witness.giveBack(apply: carryOut)
         http.cancelAll()
     }
@@ -175,7 +175,7 @@ public final class FCMSender: PushSender {
                 if error.code != .cancelled && error.code != .shutdown && error.code != .queued {
                     gate.fault(.connection, reason: reason, retryAfter: nil, ticket: ticket)
                 } else {
-                    // No answer, and none will come: the next held send probes instead. A send whose deadline passed while
+                    // No answer, and none will come: the next parked send probes instead. A send whose deadline passed while
                     // it waited in libcurl for a connection never reached FCM (its owner reports the connection's fault).
                     gate.abandoned(ticket: ticket)
                 }
@@ -248,7 +248,7 @@ public final class FCMSender: PushSender {
             waiter.completion(.retry(reason: "PROJECT_FAULT: \(answer.rawValue) (no witness)", after: nil, minimumBackoff: nil))
         case .retry:
             // No verdict either way: the device keeps its token and the send comes back. A probe's answer is replaced by
-            // the next held send's.
+            // the next parked send's.
             gate.abandoned(ticket: waiter.ticket)
             waiter.completion(.retry(reason: "\(waiter.answer.rawValue)_UNWITNESSED", after: Self.unwitnessedRetry, minimumBackoff: nil))
         }

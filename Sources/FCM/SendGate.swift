@@ -49,11 +49,11 @@ final class SendGate: Sendable {
     private let rateLimit: Gauge
     private let quotaExceeded: Counter
     private let rateWaits: Counter
-    /// Pauses begun so far: a send that saw this change while it waited was held through a pause.
+    /// Pauses begun so far: a send that saw this change while it waited was parked through a pause.
     private let pauses = Atomic<Int>(0)
 
     /// `threshold`: consecutive overload/connection faults that open a pause. `onResume` hears that a probe succeeded
-    /// and sending resumed, before the held sends go out. `budget` is this instance's share of the project's sends per
+    /// and sending resumed, before the parked sends go out. `budget` is this instance's share of the project's sends per
     /// second (nil: no cap until a quota 429).
     init(threshold: Int, maxBackoff: Duration = .seconds(10), budget: Double? = nil, logger: Logger, metrics: MetricsRegistry,
          onHealth: @escaping @Sendable (FCMHealth) -> Void, onResume: @escaping @Sendable () -> Void = {}) {
@@ -131,8 +131,8 @@ final class SendGate: Sendable {
         execute(machine.withLock { $0.abandoned(ticket: ticket, now: .now) })
     }
 
-    /// Answers every held send without transmitting it (stop).
-    func dropHeld() {
+    /// Answers every parked send without transmitting it (stop).
+    func dropParked() {
         execute(machine.withLock { $0.stop() })
     }
 

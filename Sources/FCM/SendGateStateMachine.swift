@@ -8,7 +8,7 @@ import Timekeeping
 /// Pauses (docs/operations.md, "When FCM fails"): a project fault pauses at once, overload and connection failures
 /// after `threshold` consecutive faults. A pause lasts `Retry-After` when FCM gave one, else a capped, jittered backoff
 /// (at least `minimumPause` when the fault asks for one: 60 s for the project's QUOTA_EXCEEDED without Retry-After);
-/// then one probe goes out, and its success releases everything held, in order. Sends held meanwhile are not attempts:
+/// then one probe goes out, and its success releases everything parked, in order. Sends parked meanwhile are not attempts:
 /// they have not left. An answer whose ticket is not the probe's (a send that left before the pause) changes nothing
 /// but the count of consecutive faults.
 ///
@@ -36,7 +36,7 @@ struct SendGateStateMachine<Send> {
         case quotaExceeded(cap: Double)
         /// A pause began an episode (the first pause since sending was last healthy).
         case paused(FCMFault, reason: String, pause: Duration)
-        /// A probe succeeded: the episode that began with `fault` is over; `released` held sends go out.
+        /// A probe succeeded: the episode that began with `fault` is over; `released` parked sends go out.
         case resumed(FCMFault, pausedFor: Duration, released: Int)
     }
 
@@ -65,7 +65,7 @@ struct SendGateStateMachine<Send> {
         case schedule(Timer, after: Duration)
         /// Answer these sends without transmitting them (stop).
         case drop([Send])
-        /// A probe succeeded and sending resumes (before the held sends start).
+        /// A probe succeeded and sending resumes (before the parked sends start).
         case resumed
         case report(Report)
     }
@@ -81,7 +81,7 @@ struct SendGateStateMachine<Send> {
     /// Pauses since sending was last healthy: the backoff's exponent.
     private var pauses = 0
     /// Sends waiting for the pause (or the probe) to end, oldest first.
-    private(set) var held: [Send] = []
+    private(set) var parked: [Send] = []
     /// Sends waiting for a token while open, oldest first; a pace timer is armed whenever there are any.
     private(set) var paced: [Send] = []
     private var episode: (fault: FCMFault, cause: String, reason: String, since: ContinuousClock.Instant)?
@@ -113,7 +113,7 @@ struct SendGateStateMachine<Send> {
 
     // MARK: Inputs
 
-    /// A send to transmit: it starts now, or waits in line for a token, or is held until the pause ends.
+    /// A send to transmit: it starts now, or waits in line for a token, or is parked until the pause ends.
     mutating func submit(_ send: Send, now: ContinuousClock.Instant) -> [Action] {
         var actions: [Action] = []
         submit(send, now: now, into: &actions)
@@ -121,7 +121,7 @@ struct SendGateStateMachine<Send> {
     }
 
     /// An answer that shows FCM works for the project (success, or a device-level answer). The probe's (`ticket`)
-    /// ends the pause: sending resumes and the held sends go out in order.
+    /// ends the pause: sending resumes and the parked sends go out in order.
     mutating func answeredHealthy(ticket: UInt64, now: ContinuousClock.Instant) -> [Action] {
         consecutiveFaults = 0
         accepted.record(now: now)
@@ -130,8 +130,8 @@ struct SendGateStateMachine<Send> {
         pauses = 0
         // A lowered send-rate cap climbs back from now.
         rateLimit.resumed(now: now)
-        let released = held
-        held.removeAll()
+        let released = parked
+        parked.removeAll()
         var actions: [Action] = []
         if let episode {
             actions += [.resumed, .report(.paused(cause: nil)), .report(.health(.ok)),
@@ -166,8 +166,8 @@ struct SendGateStateMachine<Send> {
         }
         pauses += 1
         phase = .paused
-        // Sends waiting for a token wait for the pause's end instead (nothing else is held while open).
-        held = paced + held
+        // Sends waiting for a token wait for the pause's end instead (nothing else is parked while open).
+        parked = paced + parked
         paced.removeAll()
         let delay = pauseLength(retryAfter: retryAfter, minimum: minimumPause, jitter: jitter)
         if episode == nil {
@@ -182,23 +182,23 @@ struct SendGateStateMachine<Send> {
     }
 
     /// The send with `ticket` ended without any answer (cancelled, shut down). When it was the probe, nothing would
-    /// ever end the probing: the next held send probes instead (or the next one submitted).
+    /// ever end the probing: the next parked send probes instead (or the next one submitted).
     mutating func abandoned(ticket: UInt64, now: ContinuousClock.Instant) -> [Action] {
         guard case .probing(inFlight: true) = phase, ticket == probeTicket else { return [] }
         phase = .probing(inFlight: false)
-        guard !held.isEmpty else { return [] }
+        guard !parked.isEmpty else { return [] }
         var actions: [Action] = []
-        submit(held.removeFirst(), now: now, into: &actions)
+        submit(parked.removeFirst(), now: now, into: &actions)
         return actions
     }
 
-    /// The pause is over: the first held send goes out as the probe (or the next send submitted, when none is held).
+    /// The pause is over: the first parked send goes out as the probe (or the next send submitted, when none is parked).
     mutating func pauseEnded(now: ContinuousClock.Instant) -> [Action] {
         guard case .paused = phase else { return [] }
         phase = .probing(inFlight: false)
-        guard !held.isEmpty else { return [] }
+        guard !parked.isEmpty else { return [] }
         var actions: [Action] = []
-        submit(held.removeFirst(), now: now, into: &actions)
+        submit(parked.removeFirst(), now: now, into: &actions)
         return actions
     }
 
@@ -208,7 +208,7 @@ struct SendGateStateMachine<Send> {
         timer = nil
         var actions: [Action] = []
         climb(now: now, into: &actions)
-        // Paused since: `fault` moved the line to the held sends.
+        // Paused since: `fault` moved the line to the parked sends.
         guard case .open = phase else { return actions }
         var starts: [Action] = []
         for send in paced {
@@ -232,11 +232,11 @@ struct SendGateStateMachine<Send> {
         return actions
     }
 
-    /// Stop: every held and paced send is answered without being transmitted. The gate keeps its phase and pace.
+    /// Stop: every parked and paced send is answered without being transmitted. The gate keeps its phase and pace.
     mutating func stop() -> [Action] {
-        let sends = paced + held
+        let sends = paced + parked
         paced.removeAll()
-        held.removeAll()
+        parked.removeAll()
         return sends.isEmpty ? [] : [.drop(sends)]
     }
 
@@ -262,7 +262,7 @@ struct SendGateStateMachine<Send> {
             probeTicket = started(now: now)
             actions += [.report(.probe), .start(send, ticket: probeTicket)]
         case .paused, .probing(inFlight: true):
-            held.append(send)
+            parked.append(send)
         }
     }
 

@@ -13,7 +13,7 @@ extension OutboxStore {
 
     /// Disables without a witness the whole fleet may make (SPEC §3, "a disable needs a witness"): only where no token
     /// of the project ever received a push (a new deployment), counted in the ledger's unwitnessed rows that
-    /// `devices enable` did not restore. A witnessed disable is never counted or held.
+    /// `devices enable` did not restore. A witnessed disable is never counted or deferred.
     public static let unwitnessedDisableCap = 10
     /// The transaction-scoped advisory lock that orders the fleet's unwitnessed disables, so each counts the ledger
     /// with the others' in it (taken only by a flush that holds one; held until its commit; the worker's transactions
@@ -26,7 +26,7 @@ extension OutboxStore {
     /// Disables devices whose token FCM called dead, unless the app re-registered them after the send began, and
     /// records each disable in `"PushDeviceDisabled"` in the same statement (the evidence, and the undo list for
     /// `devices enable`). An unwitnessed disable goes only while the fleet's unwitnessed disables number fewer than
-    /// `unwitnessedDisableCap`; one held leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE).
+    /// `unwitnessedDisableCap`; one deferred leaves its device enabled and its delivery PENDING (`completeQuery`'s DISABLE).
     /// The ledger's `"disabledAt"` is the device's new `"updatedAt"` (one `now()` per transaction): `devices enable`
     /// re-enables only devices nobody changed since. One entry per device: its id, when the send began, the reason
     /// code, the event key, FCM's error and whether FCM accepted a known-good token after the send began.
@@ -72,7 +72,7 @@ extension OutboxStore {
     /// snapshot), else DEAD after the last attempt, else due again after its delay. One entry per delivery write
     /// (`deliveries` … `sendStartedAt`, the columns of `DeliveryWrite.columns`) and per event settlement (`events` …
     /// `expected`). A DISABLE write is FAILED when the flush's disable statement, earlier in the transaction, disabled
-    /// the device or the app re-registered it after the send began; else the fleet's unwitnessed allowance held it and
+    /// the device or the app re-registered it after the send began; else the fleet's unwitnessed allowance deferred it and
     /// it stays PENDING, retried with its event.
     package static func completeQuery(deliveries ids: [String], kinds: [String], details: [String], tokens: [String], deliveryKeys: [String],
                               sentAt: [Double?], sendStartedAt: [Double?], maxAttempts: Int, events eventIds: [Int64], keys: [String],
@@ -80,19 +80,19 @@ extension OutboxStore {
         """
         WITH r AS (
             SELECT u.*, u.kind = \(literal: DeliveryWrite.Kind.disable) AND EXISTS (
-                       -- Still enabled and not re-registered since the send began: the disable statement held it.
+                       -- Still enabled and not re-registered since the send began: the disable statement deferred it.
                        SELECT 1 FROM "PushDelivery" x JOIN "PushDevice" d ON d.id = x."pushDeviceId"
-                       WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.started)) AS held
+                       WHERE x.id = u.id AND d."isEnabled" AND d."lastSeenAt" < to_timestamp(u.started)) AS deferred
             FROM unnest(\(ids)::text[], \(kinds)::text[], \(details)::text[], \(tokens)::uuid[], \(deliveryKeys)::text[],
                         \(sentAt)::double precision[], \(sendStartedAt)::double precision[])
                 AS u(id, kind, detail, token, key, sent_at, started)
         ), delivered AS (
             UPDATE "PushDelivery" pd
-            SET status = CASE WHEN r.kind <> \(literal: DeliveryWrite.Kind.disable) THEN r.kind WHEN r.held THEN \(literal: DeliveryStatus.pending) ELSE \(literal: DeliveryStatus.failed) END,
+            SET status = CASE WHEN r.kind <> \(literal: DeliveryWrite.Kind.disable) THEN r.kind WHEN r.deferred THEN \(literal: DeliveryStatus.pending) ELSE \(literal: DeliveryStatus.failed) END,
                 "sentAt" = coalesce(to_timestamp(r.sent_at), pd."sentAt"),
                 "fcmMessageId" = CASE WHEN r.kind = \(literal: DeliveryWrite.Kind.sent) THEN r.detail ELSE pd."fcmMessageId" END,
                 "lastError" = CASE WHEN r.kind = \(literal: DeliveryWrite.Kind.sent) THEN NULL
-                                   WHEN r.held THEN 'DISABLE_HELD: the fleet''s unwitnessed disables are used up (no token of the project ever received a push); retried: ' || r.detail
+                                   WHEN r.deferred THEN 'DISABLE_DEFERRED: the fleet''s unwitnessed disables are used up (no token of the project ever received a push); retried: ' || r.detail
                                    ELSE r.detail END,
                 "leaseToken" = NULL, "leaseExpiresAt" = NULL
             FROM r
@@ -368,7 +368,7 @@ extension OutboxStore {
 
 extension DeliveryWrite {
     /// What the completion statement writes to `status`: the status itself (`SENT`, `FAILED`, `PENDING`), or `DISABLE`:
-    /// `FAILED` unless the fleet's allowance held the disable, then `PENDING`.
+    /// `FAILED` unless the fleet's allowance deferred the disable, then `PENDING`.
     enum Kind: String, PostgresLiteral {
         case sent = "SENT"
         case failed = "FAILED"

@@ -7,7 +7,7 @@ import Testing
 
 /// The send gate's decisions without a clock, a timer or a network (SPEC §3 "Project-wide faults pause the sender",
 /// "FCM's project quota"): each case is a sequence of inputs at instants chosen by the test, the actions each one
-/// returns, and the gate's phase, held sends and paced line at the end. Sends are numbers; jitter is 1 (no jitter).
+/// returns, and the gate's phase, parked sends and paced line at the end. Sends are numbers; jitter is 1 (no jitter).
 @Suite("Send gate state machine")
 struct SendGateStateMachineTests {
     typealias Machine = SendGateStateMachine<Int>
@@ -36,7 +36,7 @@ struct SendGateStateMachineTests {
         /// Each input and the actions it returns, rendered by `render`.
         var steps: [(Input, [String])]
         var phase: Machine.Phase
-        var held: [Int] = []
+        var parked: [Int] = []
         var paced: [Int] = []
         var testDescription: String { name }
     }
@@ -94,13 +94,13 @@ struct SendGateStateMachineTests {
             (.fault(.overload, ticket: 4), ["fault overload"]),
             (.submit(5), ["start 5#5"]),
         ], phase: .open),
-        Case(name: "the threshold's overload fault pauses; sends are held, not started", steps: [
+        Case(name: "the threshold's overload fault pauses; sends are parked, not started", steps: [
             (.submit(1), ["start 1#1"]), (.submit(2), ["start 2#2"]), (.submit(3), ["start 3#3"]),
             (.fault(.overload, ticket: 1), ["fault overload"]),
             (.fault(.overload, ticket: 2), ["fault overload"]),
             (.fault(.overload, ticket: 3), pauseOverload),
             (.submit(4), []), (.submit(5), []),
-        ], phase: .paused, held: [4, 5]),
+        ], phase: .paused, parked: [4, 5]),
         Case(name: "a project fault pauses at once", steps: [
             (.submit(1), ["start 1#1"]),
             (.fault(.project, "PERMISSION_DENIED", ticket: 1),
@@ -120,8 +120,8 @@ struct SendGateStateMachineTests {
             (.fault(.overload, ticket: 2), ["fault overload"]),
             (.healthy(ticket: 3), []),
             (.submit(4), []),
-        ], phase: .paused, held: [4]),
-        Case(name: "pause end → probe → the probe's healthy answer resumes and releases the held sends in order", steps: [
+        ], phase: .paused, parked: [4]),
+        Case(name: "pause end → probe → the probe's healthy answer resumes and releases the parked sends in order", steps: [
             (.submit(1), ["start 1#1"]), (.submit(2), ["start 2#2"]),
             (.fault(.project, "PERMISSION_DENIED", ticket: 1),
              ["fault project", "paused 1", "health paused project PERMISSION_DENIED", "log paused project PERMISSION_DENIED 1000ms",
@@ -136,7 +136,7 @@ struct SendGateStateMachineTests {
              ["resumed", "paused 0", "health ok", "log resumed project after 1500ms released 3", "start 4#4", "start 5#5", "start 6#6"]),
             (.submit(7, at: 1600), ["start 7#7"]),
         ], phase: .open),
-        Case(name: "a probe that ends without an answer (cancelled) is replaced by the next held send; other sends' ends change nothing", steps: [
+        Case(name: "a probe that ends without an answer (cancelled) is replaced by the next parked send; other sends' ends change nothing", steps: [
             (.submit(1), ["start 1#1"]), (.submit(2), ["start 2#2"]),
             (.fault(.project, "PERMISSION_DENIED", ticket: 1),
              ["fault project", "paused 1", "health paused project PERMISSION_DENIED", "log paused project PERMISSION_DENIED 1000ms",
@@ -147,7 +147,7 @@ struct SendGateStateMachineTests {
             (.abandoned(ticket: 3, at: 1200), ["probe", "start 4#4"]),
             (.healthy(ticket: 4, at: 1300), ["resumed", "paused 0", "health ok", "log resumed project after 1300ms released 0"]),
         ], phase: .open),
-        Case(name: "a pause end with nothing held: the next send is the probe", steps: [
+        Case(name: "a pause end with nothing parked: the next send is the probe", steps: [
             (.submit(1), ["start 1#1"]),
             (.fault(.project, "PERMISSION_DENIED", ticket: 1),
              ["fault project", "paused 1", "health paused project PERMISSION_DENIED", "log paused project PERMISSION_DENIED 1000ms",
@@ -155,14 +155,14 @@ struct SendGateStateMachineTests {
             (.pauseEnded(at: 1000), []),
             (.submit(2, at: 1200), ["probe", "start 2#2"]),
             (.submit(3, at: 1300), []),
-        ], phase: .probing(inFlight: true), held: [3]),
+        ], phase: .probing(inFlight: true), parked: [3]),
         Case(name: "the probe's fault pauses again, longer, in the same episode (no second health report)", threshold: 1, steps: [
             (.submit(1), ["start 1#1"]),
             (.fault(.overload, ticket: 1), pauseOverload),
             (.submit(2, at: 500), []),
             (.pauseEnded(at: 1000), ["probe", "start 2#2"]),
             (.fault(.overload, ticket: 2, at: 1100), ["fault overload", "paused 1", "pauseEnd in 2000ms"]),
-            // The failed probe is the sender's to retry, not held: the next send is the probe.
+            // The failed probe is the sender's to retry, not parked: the next send is the probe.
             (.pauseEnded(at: 3100), []),
             (.submit(3, at: 3150), ["probe", "start 3#3"]),
             (.fault(.connection, "TRANSPORT_CONNECT", ticket: 3, at: 3200), ["fault connection", "paused 1", "pauseEnd in 4000ms"]),
@@ -230,7 +230,7 @@ struct SendGateStateMachineTests {
             (.submit(5, at: 10100), ["wait", "pace#3 in 10000ms"]),
             (.budget(50, at: 10200), ["cap 50.0", "pace#4 in 5ms"]),
         ], phase: .open, paced: [5]),
-        Case(name: "a pause moves the line to the held sends; after the probe they go out in order, paced", threshold: 1, budget: 20, steps: [
+        Case(name: "a pause moves the line to the parked sends; after the probe they go out in order, paced", threshold: 1, budget: 20, steps: [
             (.submit(1), ["start 1#1"]),
             (.submit(2), ["wait", "pace#1 in 50ms"]),
             (.submit(3), ["wait"]),
@@ -248,7 +248,7 @@ struct SendGateStateMachineTests {
             (.stop, []),
             (.paceTimer(1, at: 10000), []),
         ], phase: .open),
-        Case(name: "stop drops the held sends; the gate keeps its pause", budget: 20, steps: [
+        Case(name: "stop drops the parked sends; the gate keeps its pause", budget: 20, steps: [
             (.submit(1), ["start 1#1"]), (.submit(2), ["wait", "pace#1 in 50ms"]),
             (.fault(.project, "PERMISSION_DENIED", ticket: 1),
              ["fault project", "paused 1", "health paused project PERMISSION_DENIED", "log paused project PERMISSION_DENIED 1000ms",
@@ -267,7 +267,7 @@ struct SendGateStateMachineTests {
             #expect(actions == expected, "step \(index): \(input)")
         }
         #expect(machine.phase == test.phase)
-        #expect(machine.held == test.held)
+        #expect(machine.parked == test.parked)
         #expect(machine.paced == test.paced)
     }
 
@@ -309,7 +309,7 @@ struct SendGateStateMachineTests {
         return 0
     }
 
-    /// The owner carries the actions out: the probe's healthy answer tells `onResume` and `/readyz` before the held
+    /// The owner carries the actions out: the probe's healthy answer tells `onResume` and `/readyz` before the parked
     /// sends run, in order, each with its own ticket.
     @Test func gate_carriesOutTheActions_inOrder() async throws {
         let events = Recorder<String>()
@@ -317,21 +317,21 @@ struct SendGateStateMachineTests {
         let gate = SendGate(threshold: 1, logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics,
                             onHealth: { health in events.record("health \(health == .ok ? "ok" : "paused")") },
                             onResume: { events.record("resumed") })
-        func held(_ name: String) -> SendGate.Send {
+        func parked(_ name: String) -> SendGate.Send {
             SendGate.Send(run: { ticket in events.record("run \(name)#\(ticket)") },
                           drop: { events.record("drop \(name)") })
         }
-        gate.submit(held("a"))
+        gate.submit(parked("a"))
         let pause = gate.fault(.overload, reason: "UNAVAILABLE", retryAfter: .milliseconds(100), ticket: 1)
         #expect(pause == .milliseconds(100))
         #expect(metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 1)
-        gate.submit(held("b"))
-        gate.submit(held("c"))
+        gate.submit(parked("b"))
+        gate.submit(parked("c"))
         #expect(try await eventually("the probe b runs once the pause ends") { events.all.contains("run b#2") })
         #expect(metrics.value("fcm_probes_total") == 1)
         gate.healthy(ticket: 2)
-        gate.submit(held("d"))
-        gate.dropHeld()
+        gate.submit(parked("d"))
+        gate.dropParked()
         #expect(events.all == ["run a#1", "health paused", "run b#2", "resumed", "health ok", "run c#3", "run d#4"])
         #expect(metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 0)
         #expect(metrics.value("fcm_faults_total", labels: ["kind": "overload"]) == 1)

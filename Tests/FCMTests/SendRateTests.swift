@@ -23,8 +23,8 @@ struct SendRateTests {
         var runs: Int { ran.count }
         var drops: Int { dropped.withLock { $0 } }
 
-        /// A held send that records its ticket when it runs.
-        func held() -> SendGate.Send {
+        /// A parked send that records its ticket when it runs.
+        func parked() -> SendGate.Send {
             SendGate.Send(run: { [self] ticket in ran.record(ticket) }, drop: { [self] in dropped.withLock { $0 += 1 } })
         }
     }
@@ -34,7 +34,7 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 20, metrics: metrics)  // burst 1
         let record = Record()
-        for _ in 0..<6 { gate.submit(record.held()) }
+        for _ in 0..<6 { gate.submit(record.parked()) }
         #expect(record.runs == 1)
         #expect(metrics.value("fcm_send_rate_waits_total") == 5)
         #expect(metrics.value("fcm_send_rate_limit") == 20)
@@ -47,15 +47,15 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 0.1, metrics: metrics)  // one send per 10 s, burst 1
         let record = Record()
-        for _ in 0..<3 { gate.submit(record.held()) }
+        for _ in 0..<3 { gate.submit(record.parked()) }
         #expect(record.runs == 1)
         gate.setBudget(nil)
         #expect(metrics.value("fcm_send_rate_limit") == 0)
         try await eventually("three sends ran") { record.runs == 3 }
         gate.setBudget(0.1)
-        for _ in 0..<3 { gate.submit(record.held()) }
+        for _ in 0..<3 { gate.submit(record.parked()) }
         #expect(record.runs == 4)
-        gate.dropHeld()
+        gate.dropParked()
         #expect(record.drops == 2)
         #expect(record.runs == 4)
     }
@@ -66,14 +66,14 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 0, metrics: metrics)
         let record = Record()
-        for _ in 0..<3 { gate.submit(record.held()) }
+        for _ in 0..<3 { gate.submit(record.parked()) }
         #expect(record.runs == 0)
         #expect(metrics.value("fcm_send_rate_waits_total") == 3)
         gate.setBudget(1000)
         try await eventually("three sends ran") { record.runs == 3 }
         #expect(record.ran.all == [1, 2, 3])
         gate.setBudget(0)
-        gate.submit(record.held())
+        gate.submit(record.parked())
         #expect(record.runs == 3)
     }
 
@@ -83,7 +83,7 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(metrics: metrics)
         let record = Record()
-        for _ in 0..<200 { gate.submit(record.held()) }
+        for _ in 0..<200 { gate.submit(record.parked()) }
         var pause: Duration?
         for ticket in 1...3 as ClosedRange<UInt64> {
             pause = gate.fault(.overload, reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumPause: .seconds(60), quota: true, ticket: ticket) ?? pause
@@ -101,7 +101,7 @@ struct SendRateTests {
         #expect(metrics.value("fcm_quota_exceeded_total") == 4)
         // A 5xx pause (not the quota) leaves the cap alone.
         let other = Self.gate(metrics: MetricsRegistry())
-        for _ in 0..<10 { other.submit(record.held()) }
+        for _ in 0..<10 { other.submit(record.parked()) }
         for ticket in 1...3 as ClosedRange<UInt64> { other.fault(.overload, reason: "UNAVAILABLE", retryAfter: nil, ticket: ticket) }
         #expect(other.rateLimitState.cap == nil)
     }
@@ -137,7 +137,7 @@ struct SendRateTests {
     }
 
     /// Without a budget, the project's QUOTA_EXCEEDED without Retry-After pauses sending; it then resumes, after a
-    /// probe, at a rate below the one that hit the quota, and what was held goes out.
+    /// probe, at a rate below the one that hit the quota, and what was parked goes out.
     @Test func sender_afterAQuota429_resumesBelowTheRateThatHitIt() async throws {
         let rig = try FCMSenderTests.rig(quotaPause: .milliseconds(200), projectQuota: (rate: 40, burst: 5))
         defer { rig.sender.shutdown(); rig.emulator.stop() }
@@ -151,7 +151,7 @@ struct SendRateTests {
         // At full speed into the quota: 429s, and a pause.
         var outcomes = await wave(0..<120)
         #expect(rig.sender.sendRateLimit != nil)
-        // Sent during the pause: held, then a probe, then the rest at the lowered pace.
+        // Sent during the pause: parked, then a probe, then the rest at the lowered pace.
         outcomes += await wave(120..<180)
         let quota429s = outcomes.count { $0 == .retry(reason: "QUOTA_EXCEEDED", after: nil, minimumBackoff: .seconds(60)) }
         let sent = outcomes.count { if case .sent = $0 { true } else { false } }

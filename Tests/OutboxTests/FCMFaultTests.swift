@@ -72,13 +72,13 @@ struct FCMFaultTests {
     }
 
     /// FCM is down (503) when ten doses are recorded, and the patient revokes the caregiver while the pushes wait: the
-    /// sends held through the pause are given back and their recipients decided anew, so none of them reaches the
+    /// sends parked through the pause are given back and their recipients decided anew, so none of them reaches the
     /// revoked caregiver once FCM answers again (SPEC §3 "Recipients are decided when the push leaves").
     @Test func aLinkRevokedDuringAnOutage_heldSendsDoNotGoOutWhenFCMRecovers() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let health = Recorder<FCMHealth>()
             try await withEmulatorSender(onHealth: { state in health.record(state) },
-                                         configure: { $0.maxHeldThroughPause = .seconds(1) }) { sender, emulator in
+                                         configure: { $0.maxParkedThroughPause = .seconds(1) }) { sender, emulator in
                 let db = try Fixtures(conninfo)
                 try db.caredForPatient(tokens: ["token-a"])
                 try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "first"))
@@ -89,13 +89,13 @@ struct FCMFaultTests {
                 try await eventually("the engine pauses for the outage", timeout: .seconds(30)) {
                     health.all.contains { if case .paused = $0 { true } else { false } }
                 }
-                // Doses recorded during the outage: claimed and fanned out while the link is ACTIVE, then held.
+                // Doses recorded during the outage: claimed and fanned out while the link is ACTIVE, then parked.
                 for group in 0..<9 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
                 try await eventually("the ten events are fanned out", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery""#)[0]["n"].int() == 10
                 }
                 try db.connection.query(#"UPDATE "CaregiverPatientLink" SET status = 'REVOKED'"#)
-                try await Task.sleep(for: .milliseconds(1500))  // every held send is now older than maxHeldThroughPause
+                try await Task.sleep(for: .milliseconds(1500))  // every parked send is now older than maxParkedThroughPause
                 emulator.setProjectFault(nil)
                 try await eventually("all ten events are DONE", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 10
