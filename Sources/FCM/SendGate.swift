@@ -27,7 +27,7 @@ public enum FCMHealth: Sendable, Equatable {
 
 /// The send gate's owner: one lock around `SendGateStateMachine` (pauses for project-wide faults, the probe, pacing;
 /// see there), and the one place its actions are carried out, after the lock is released: sends start, timers are
-/// armed on `DispatchQueue`, `onHealth` and `onResume` are told, lines logged, metrics set. Nothing is decided here.
+/// armed on `DispatchQueue`, `onHealth` is told, lines logged, metrics set. Nothing is decided here.
 final class SendGate: Sendable {
     /// A send handed to the gate, to leave now, when the pace allows or after a pause: `run` transmits it (with the
     /// ticket its answer must quote), `drop` answers it without sending (stop).
@@ -41,7 +41,6 @@ final class SendGate: Sendable {
     private let machine: Mutex<Machine>
     private let logger: Logger
     private let onHealth: @Sendable (FCMHealth) -> Void
-    private let onResume: @Sendable () -> Void
     /// `fcm_send_paused{cause}`, one series per cause (a fault kind, or the disabling answer a known-good token got).
     private let paused: [String: Gauge]
     private let probes: Counter
@@ -52,14 +51,12 @@ final class SendGate: Sendable {
     /// Pauses begun so far: a send that saw this change while it waited was parked through a pause.
     private let pauses = Atomic<Int>(0)
 
-    /// `threshold`: consecutive overload/connection faults that open a pause. `onResume` hears that a probe succeeded
-    /// and sending resumed, before the parked sends go out. `budget` is this instance's share of the project's sends per
-    /// second (nil: no cap until a quota 429).
+    /// `threshold`: consecutive overload/connection faults that open a pause. `budget` is this instance's share of the
+    /// project's sends per second (nil: no cap until a quota 429).
     init(threshold: Int, maxBackoff: Duration = .seconds(10), budget: Double? = nil, logger: Logger, metrics: MetricsRegistry,
-         onHealth: @escaping @Sendable (FCMHealth) -> Void, onResume: @escaping @Sendable () -> Void = {}) {
+         onHealth: @escaping @Sendable (FCMHealth) -> Void) {
         self.logger = logger
         self.onHealth = onHealth
-        self.onResume = onResume
         var paused: [String: Gauge] = [:]
         for cause in SendGate.pauseCauses {
             paused[cause] = metrics.gauge("fcm_send_paused",
@@ -153,8 +150,6 @@ final class SendGate: Sendable {
                 }
             case .drop(let sends):
                 for send in sends { send.drop() }
-            case .resumed:
-                onResume()
             case .report(let report):
                 self.report(report)
             }

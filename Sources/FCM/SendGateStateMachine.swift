@@ -65,8 +65,6 @@ struct SendGateStateMachine<Send> {
         case schedule(Timer, after: Duration)
         /// Answer these sends without transmitting them (stop).
         case drop([Send])
-        /// A probe succeeded and sending resumes (before the parked sends start).
-        case resumed
         case report(Report)
     }
 
@@ -134,7 +132,7 @@ struct SendGateStateMachine<Send> {
         parked.removeAll()
         var actions: [Action] = []
         if let episode {
-            actions += [.resumed, .report(.paused(cause: nil)), .report(.health(.ok)),
+            actions += [.report(.paused(cause: nil)), .report(.health(.ok)),
                         .report(.log(.resumed(episode.fault, pausedFor: now - episode.since, released: released.count)))]
             self.episode = nil
         }

@@ -67,7 +67,6 @@ struct SendGateStateMachineTests {
         case .schedule(.pauseEnd, let after): "pauseEnd in \(ms(after))"
         case .schedule(.pace(let number), let after): "pace#\(number) in \(ms(after))"
         case .drop(let sends): "drop \(sends)"
-        case .resumed: "resumed"
         case .report(.health(.ok)): "health ok"
         case .report(.health(.paused(let kind, let reason))): "health paused \(kind) \(reason)"
         case .report(.paused(let cause)): "paused \(cause == nil ? 0 : 1)"
@@ -133,7 +132,7 @@ struct SendGateStateMachineTests {
             (.fault(.overload, ticket: 2, at: 1200), ["fault overload"]),
             (.healthy(ticket: 2, at: 1300), []),
             (.healthy(ticket: 3, at: 1500),
-             ["resumed", "paused 0", "health ok", "log resumed project after 1500ms released 3", "start 4#4", "start 5#5", "start 6#6"]),
+             ["paused 0", "health ok", "log resumed project after 1500ms released 3", "start 4#4", "start 5#5", "start 6#6"]),
             (.submit(7, at: 1600), ["start 7#7"]),
         ], phase: .open),
         Case(name: "a probe that ends without an answer (cancelled) is replaced by the next parked send; other sends' ends change nothing", steps: [
@@ -145,7 +144,7 @@ struct SendGateStateMachineTests {
             (.pauseEnded(at: 1000), ["probe", "start 3#3"]),
             (.abandoned(ticket: 2, at: 1100), []),
             (.abandoned(ticket: 3, at: 1200), ["probe", "start 4#4"]),
-            (.healthy(ticket: 4, at: 1300), ["resumed", "paused 0", "health ok", "log resumed project after 1300ms released 0"]),
+            (.healthy(ticket: 4, at: 1300), ["paused 0", "health ok", "log resumed project after 1300ms released 0"]),
         ], phase: .open),
         Case(name: "a pause end with nothing parked: the next send is the probe", steps: [
             (.submit(1), ["start 1#1"]),
@@ -168,7 +167,7 @@ struct SendGateStateMachineTests {
             (.fault(.connection, "TRANSPORT_CONNECT", ticket: 3, at: 3200), ["fault connection", "paused 1", "pauseEnd in 4000ms"]),
             (.pauseEnded(at: 7200), []),
             (.submit(4, at: 7250), ["probe", "start 4#4"]),
-            (.healthy(ticket: 4, at: 7300), ["resumed", "paused 0", "health ok", "log resumed overload after 7300ms released 0"]),
+            (.healthy(ticket: 4, at: 7300), ["paused 0", "health ok", "log resumed overload after 7300ms released 0"]),
             // Healthy since: the next pause starts a new episode at the shortest backoff.
             (.submit(5, at: 7400), ["start 5#5"]),
             (.fault(.overload, ticket: 5, at: 7500), pauseOverload),
@@ -185,7 +184,7 @@ struct SendGateStateMachineTests {
             (.fault(.overload, "QUOTA_EXCEEDED", ticket: 3, minimum: .seconds(60), quota: true), ["fault overload", "quota 429"]),
             (.pauseEnded(at: 60000), []),
             (.submit(4, at: 60000), ["probe", "start 4#4"]),
-            (.healthy(ticket: 4, at: 60000), ["resumed", "paused 0", "health ok", "log resumed overload after 60000ms released 0"]),
+            (.healthy(ticket: 4, at: 60000), ["paused 0", "health ok", "log resumed overload after 60000ms released 0"]),
             // The probe took the bucket's one token: the next send waits 1/21 s in line.
             (.submit(5, at: 60000), ["wait", "pace#1 in 48ms"]),
             // Each second without a 429 climbs 30·0.25/300 per second (to 95% of 30/s after 300 s).
@@ -239,7 +238,7 @@ struct SendGateStateMachineTests {
             (.paceTimer(1, at: 50), []),
             (.pauseEnded(at: 1010), ["probe", "start 2#2"]),
             (.healthy(ticket: 2, at: 1020),
-             ["resumed", "paused 0", "health ok", "log resumed overload after 1010ms released 2", "wait", "pace#2 in 40ms", "wait"]),
+             ["paused 0", "health ok", "log resumed overload after 1010ms released 2", "wait", "pace#2 in 40ms", "wait"]),
             (.paceTimer(2, at: 1075), ["pace#3 in 50ms", "start 3#3"]),
         ], phase: .open, paced: [4]),
         Case(name: "stop drops the paced line", budget: 0.1, steps: [
@@ -309,14 +308,13 @@ struct SendGateStateMachineTests {
         return 0
     }
 
-    /// The owner carries the actions out: the probe's healthy answer tells `onResume` and `/readyz` before the parked
+    /// The owner carries the actions out: the probe's healthy answer tells `/readyz` before the parked
     /// sends run, in order, each with its own ticket.
     @Test func gate_carriesOutTheActions_inOrder() async throws {
         let events = Recorder<String>()
         let metrics = MetricsRegistry()
         let gate = SendGate(threshold: 1, logger: Logger(label: "fcm", sink: MemorySink()), metrics: metrics,
-                            onHealth: { health in events.record("health \(health == .ok ? "ok" : "paused")") },
-                            onResume: { events.record("resumed") })
+                            onHealth: { health in events.record("health \(health == .ok ? "ok" : "paused")") })
         func parked(_ name: String) -> SendGate.Send {
             SendGate.Send(run: { ticket in events.record("run \(name)#\(ticket)") },
                           drop: { events.record("drop \(name)") })
@@ -332,7 +330,7 @@ struct SendGateStateMachineTests {
         gate.healthy(ticket: 2)
         gate.submit(parked("d"))
         gate.dropParked()
-        #expect(events.all == ["run a#1", "health paused", "run b#2", "resumed", "health ok", "run c#3", "run d#4"])
+        #expect(events.all == ["run a#1", "health paused", "run b#2", "health ok", "run c#3", "run d#4"])
         #expect(metrics.value("fcm_send_paused", labels: ["cause": "overload"]) == 0)
         #expect(metrics.value("fcm_faults_total", labels: ["kind": "overload"]) == 1)
     }
