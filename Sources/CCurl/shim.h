@@ -115,10 +115,10 @@ static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
     return __atomic_load_n(&state->resumed_handshakes, __ATOMIC_RELAXED);
 }
 
-#include <sys/select.h>
 /* CURLOPT_SOCKOPTFUNCTION: a new TCP socket, before it connects. Data left unacknowledged `user_timeout_ms` drops the
    connection (TCP_USER_TIMEOUT); a connection's socket is corked (TCP_CORK, released at the end of each driver turn:
    `TransferSockets`). */
+#include <sys/select.h>
 static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpose) {
     mw_tls_state *state = (mw_tls_state *)clientp;
     if (!state) return CURL_SOCKOPT_OK;
@@ -150,146 +150,4 @@ static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
         if (FD_ISSET(fd, &readable) || FD_ISSET(fd, &writable)) out[count++] = fd;
     }
     return count;
-}
-/* libcurl's version as 0xXXYYZZ (curl_version_info). */
-static inline unsigned int mw_curl_version_num(void) { return curl_version_info(CURLVERSION_NOW)->version_num; }
-
-/* The driver's event loop over libcurl's multi_socket API. libcurl names the sockets to watch and what for
-   (CURLMOPT_SOCKETFUNCTION) and when to be called back (CURLMOPT_TIMERFUNCTION); one epoll set holds those sockets and
-   an eventfd that wakes the driver from any thread. A wake-up runs only the transfers of the sockets that are ready.
-   curl_multi_perform runs every transfer in progress on each turn, and each one polls its socket: 47 poll calls per push
-   with 500 on the wire when FCM answers in 50 ms (docs/benchmark.md, "Round 6"). Used where libcurl is 8.14 or newer
-   (`HTTPClient.Driver`); by the driver thread only, except `mw_event_loop_wake`. */
-#include <errno.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
-typedef struct {
-    int epoll_fd;
-    int wake_fd;
-    /* When libcurl wants CURL_SOCKET_TIMEOUT (CLOCK_MONOTONIC, ns); -1: no timer. */
-    int64_t deadline_ns;
-    /* The sockets libcurl watches: the ones a driver turn's writes are released on (`TransferSockets`). */
-    int *sockets;
-    int socket_count;
-    int socket_capacity;
-} mw_event_loop;
-
-static inline int64_t mw_monotonic_ns(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-static void mw_event_loop_forget(mw_event_loop *loop, int fd) {
-    for (int i = 0; i < loop->socket_count; i++) {
-        if (loop->sockets[i] == fd) { loop->sockets[i] = loop->sockets[--loop->socket_count]; return; }
-    }
-}
-static int mw_event_loop_remember(mw_event_loop *loop, int fd) {
-    if (loop->socket_count == loop->socket_capacity) {
-        int capacity = loop->socket_capacity ? loop->socket_capacity * 2 : 16;
-        int *grown = realloc(loop->sockets, (size_t)capacity * sizeof(int));
-        if (!grown) return -1;
-        loop->sockets = grown;
-        loop->socket_capacity = capacity;
-    }
-    loop->sockets[loop->socket_count++] = fd;
-    return 0;
-}
-/* CURLMOPT_SOCKETFUNCTION: watch `fd` for what libcurl asks, or stop watching it. */
-static int mw_event_loop_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-    (void)easy; (void)socketp;
-    mw_event_loop *loop = (mw_event_loop *)userp;
-    if (what == CURL_POLL_REMOVE) {
-        (void)epoll_ctl(loop->epoll_fd, EPOLL_CTL_DEL, fd, NULL);
-        mw_event_loop_forget(loop, fd);
-        return 0;
-    }
-    struct epoll_event event = { 0 };
-    event.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
-    event.data.fd = fd;
-    if (epoll_ctl(loop->epoll_fd, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
-    if (errno != ENOENT || epoll_ctl(loop->epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0) return -1;
-    return mw_event_loop_remember(loop, fd);
-}
-/* CURLMOPT_TIMERFUNCTION: when libcurl wants to be called with CURL_SOCKET_TIMEOUT (-1: never). */
-static int mw_event_loop_timer(CURLM *multi, long timeout_ms, void *userp) {
-    (void)multi;
-    mw_event_loop *loop = (mw_event_loop *)userp;
-    loop->deadline_ns = timeout_ms < 0 ? -1 : mw_monotonic_ns() + (int64_t)timeout_ms * 1000000;
-    return 0;
-}
-static inline void mw_event_loop_destroy(mw_event_loop *loop) {
-    if (!loop) return;
-    if (loop->epoll_fd >= 0) close(loop->epoll_fd);
-    if (loop->wake_fd >= 0) close(loop->wake_fd);
-    free(loop->sockets);
-    free(loop);
-}
-/* A loop for `multi`, or NULL (errno says why). */
-static inline mw_event_loop *mw_event_loop_create(CURLM *multi) {
-    mw_event_loop *loop = calloc(1, sizeof *loop);
-    if (!loop) return NULL;
-    loop->deadline_ns = -1;
-    loop->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    loop->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    struct epoll_event wake = { 0 };
-    wake.events = EPOLLIN;
-    wake.data.fd = loop->wake_fd;
-    if (loop->epoll_fd < 0 || loop->wake_fd < 0 || epoll_ctl(loop->epoll_fd, EPOLL_CTL_ADD, loop->wake_fd, &wake) != 0
-        || curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, mw_event_loop_socket) != CURLM_OK
-        || curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, (void *)loop) != CURLM_OK
-        || curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, mw_event_loop_timer) != CURLM_OK
-        || curl_multi_setopt(multi, CURLMOPT_TIMERDATA, (void *)loop) != CURLM_OK) {
-        int saved = errno;
-        mw_event_loop_destroy(loop);
-        errno = saved;
-        return NULL;
-    }
-    return loop;
-}
-/* Wakes the driver from any thread (an eventfd write never blocks; a full counter is already a wake-up). */
-static inline void mw_event_loop_wake(mw_event_loop *loop) {
-    uint64_t one = 1;
-    (void)!write(loop->wake_fd, &one, sizeof one);
-}
-/* One turn: waits up to `max_wait_ms` (less when libcurl's timer is due sooner) for a socket, a wake-up or the timer,
-   and hands libcurl what happened. Returns the number of sockets that were ready, or -1 when epoll failed. */
-static inline int mw_event_loop_run(mw_event_loop *loop, CURLM *multi, int max_wait_ms) {
-    int wait = max_wait_ms, running = 0, ready = 0;
-    if (loop->deadline_ns >= 0) {
-        int64_t left = (loop->deadline_ns - mw_monotonic_ns() + 999999) / 1000000;
-        if (left < wait) wait = left < 0 ? 0 : (int)left;
-    }
-    struct epoll_event events[64];
-    int count = epoll_wait(loop->epoll_fd, events, 64, wait);
-    if (count < 0 && errno != EINTR) return -1;
-    for (int i = 0; i < count; i++) {
-        int fd = events[i].data.fd;
-        if (fd == loop->wake_fd) {
-            uint64_t value;
-            (void)!read(loop->wake_fd, &value, sizeof value);
-            continue;
-        }
-        uint32_t what = events[i].events;
-        /* A hang-up or an error is read as readable, as libcurl's own poll does: the read finds the GOAWAY or the
-           error, where CURL_CSELECT_ERR would fail the transfers without reading what the server said. */
-        int mask = ((what & (EPOLLIN | EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_IN : 0) | ((what & EPOLLOUT) ? CURL_CSELECT_OUT : 0);
-        (void)curl_multi_socket_action(multi, fd, mask, &running);
-        ready++;
-    }
-    if (loop->deadline_ns >= 0 && mw_monotonic_ns() >= loop->deadline_ns) {
-        loop->deadline_ns = -1;
-        (void)curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    }
-    return ready;
-}
-/* The sockets libcurl watches, up to `capacity` of them written to `out`; returns how many it watches. */
-static inline int mw_event_loop_sockets(const mw_event_loop *loop, int *out, int capacity) {
-    int count = loop->socket_count < capacity ? loop->socket_count : capacity;
-    for (int i = 0; i < count; i++) out[i] = loop->sockets[i];
-    return loop->socket_count;
 }

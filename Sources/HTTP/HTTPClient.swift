@@ -16,17 +16,10 @@ private let curlGlobalInit: Void = {
 /// An HTTP client over one libcurl multi handle driven by one dedicated thread. HTTP/2 over
 /// TLS (ALPN, HTTP/1.1 fallback), streams multiplexed on long-lived connections, up to
 /// `maxInFlight` transfers at once; callers `await` results. TLS verification is always on.
-/// Easy handles are reused; a new request wakes the driver only when it sleeps. On libcurl 8.14 and newer the driver
-/// waits on libcurl's sockets in an epoll set (`mw_event_loop`, libcurl's multi_socket API), so a wake-up runs only the
-/// transfers whose socket is ready; on older libcurl (Debian 12's 7.88) it runs every transfer each turn
-/// (`curl_multi_perform`, `curl_multi_poll`): 7.88's HTTP/2 fails streams and sends some twice under multi_socket
-/// (docs/benchmark.md, "Round 6").
+/// Easy handles are reused; the driver is woken only when it sleeps in `curl_multi_poll`.
 public final class HTTPClient: Sendable {
     public let configuration: HTTPClientConfiguration
     private let multi: MultiHandle
-    /// The driver's epoll set over libcurl's sockets and the eventfd that wakes it, where libcurl drives by sockets
-    /// (`drivesBySocket`); nil where the driver polls with `curl_multi_poll`.
-    private let loop: EventLoopHandle?
     /// TLS sessions shared by every easy handle of this client (libcurl keeps them per easy handle otherwise), so a
     /// connection opened after a GOAWAY or at `maxConnectionAge` resumes the session of the one before it, whichever
     /// handle opens it: no certificate is sent, signed or verified again. Used by the driver thread only (no locks).
@@ -54,7 +47,7 @@ public final class HTTPClient: Sendable {
         var cancelAllRequested = false
         var nextId: UInt64 = 0
         var stopping = false
-        /// The driver is in (or about to enter) its wait: a new request must wake it.
+        /// The driver is in (or about to enter) `curl_multi_poll`: a new request must wake it.
         var polling = false
         var opened = 0
     }
@@ -88,19 +81,8 @@ public final class HTTPClient: Sendable {
             curl_share_cleanup(sharedSessions)
             throw HTTPError(.invalidRequest, "curl_multi_init or sharing TLS sessions failed")
         }
-        var eventLoop: UnsafeMutablePointer<mw_event_loop>?
-        if Self.drivesBySocket {
-            eventLoop = mw_event_loop_create(raw)
-            guard eventLoop != nil else {
-                let reason = String(cString: strerror(errno))
-                curl_multi_cleanup(raw)
-                curl_share_cleanup(sharedSessions)
-                throw HTTPError(.invalidRequest, "cannot create the HTTP driver's event loop: \(reason)")
-            }
-        }
         share = ShareHandle(raw: sharedSessions)
         multi = MultiHandle(raw: raw)
-        loop = eventLoop.map(EventLoopHandle.init(raw:))
         tls = TLSState(userTimeoutMs: UInt32(clamping: configuration.stallTimeout.milliseconds),
                        cork: configuration.coalesceWrites)
         _ = mw_multi_setopt_long(raw, CURLMOPT_PIPELINING, 2 /* CURLPIPE_MULTIPLEX */)
@@ -119,8 +101,6 @@ public final class HTTPClient: Sendable {
     deinit {
         shutdown()
         curl_multi_cleanup(multi.raw)
-        // After the multi handle's cleanup, which tells the loop its last sockets are gone.
-        if let loop { mw_event_loop_destroy(loop.raw) }
         // After the driver thread is joined: its easy handles, the share's users, are gone; and the multi handle's
         // cleanup has closed every connection, so no TLS context points at `tls` any more.
         let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
@@ -172,7 +152,7 @@ public final class HTTPClient: Sendable {
     }
 
     private func start(_ request: HTTPRequest, id: UInt64, completion: @escaping Completion) {
-        let (refused, sleeping) = state.withLock { state -> (HTTPError?, Bool) in
+        let (refused, wake) = state.withLock { state -> (HTTPError?, Bool) in
             if state.stopping { return (HTTPError(.shutdown, "HTTP client is shut down"), false) }
             if state.cancelled.remove(id) != nil { return (HTTPError(.cancelled, "request cancelled"), false) }
             state.queued.append(Queued(id: id, request: request, completion: completion))
@@ -181,30 +161,21 @@ public final class HTTPClient: Sendable {
         }
         if let refused {
             completion(.failure(refused))
-        } else if sleeping {
-            wake()
+        } else if wake {
+            curl_multi_wakeup(multi.raw)
         }
     }
-
-    /// Wakes the driver from its wait (any thread).
-    private func wake() {
-        if let loop { mw_event_loop_wake(loop.raw) } else { curl_multi_wakeup(multi.raw) }
-    }
-
-    /// Whether the driver runs libcurl by its sockets (`curl_multi_socket_action`): libcurl 8.14 or newer, the oldest
-    /// release it passes HTTP2Tests with. On 8.14, at 50 ms answers, it took the worker from 97–105 to 62–67 µs per push.
-    public static let drivesBySocket = mw_curl_version_num() >= 0x08_0E_00
 
     /// Abandons one request: it completes with `.cancelled` (the server may have received it).
     public func cancel(_ id: UInt64) {
         state.withLock { _ = $0.cancelled.insert(id) }
-        wake()
+        curl_multi_wakeup(multi.raw)
     }
 
     /// Abandons every queued and running request (a stop's deadline): each completes with `.cancelled`.
     public func cancelAll() {
         state.withLock { $0.cancelAllRequested = true }
-        wake()
+        curl_multi_wakeup(multi.raw)
     }
 
     /// Fails queued and running requests with `.shutdown` and stops the driver thread. Idempotent.
@@ -214,7 +185,7 @@ public final class HTTPClient: Sendable {
             return !state.stopping
         }
         guard wasRunning else { return }
-        wake()
+        curl_multi_wakeup(multi.raw)
         // Joined, not signalled: when this returns the driver thread is gone, with everything it released on the way
         // out (its easy handles, OpenSSL's per-thread state), so nothing of it races the process's exit.
         driverThread.withLock { thread in
@@ -283,6 +254,7 @@ public final class HTTPClient: Sendable {
 
         func run() {
             let multi = client.multi.raw
+            var stillRunning: Int32 = 0
             while true {
                 let turn = takeTurn()
                 if turn.stop { break }
@@ -290,43 +262,24 @@ public final class HTTPClient: Sendable {
                 for item in turn.refused { item.completion(.failure(HTTPError(.cancelled, "request cancelled"))) }
                 abandon(turn.cancelAll ? Array(running.keys) : turn.cancelled.filter { running[$0] != nil }, multi)
                 for item in turn.admit { admit(item, multi) }
-                if let loop = client.loop { socketTurn(loop.raw, multi) } else { pollTurn(multi) }
+                curl_multi_perform(multi, &stillRunning)
+                harvest(multi)
+                // What this turn wrote leaves now: one segment per connection.
+                if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
+                // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
+                let sleep = client.state.withLock { state -> Bool in
+                    let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight && !headWaitsForProtocol
+                        && (!headWaitsForConnection || unmultiplexedRoom() > 0)
+                    state.polling = !canAdmit && state.cancelled.isEmpty && !state.cancelAllRequested && !state.stopping
+                    return state.polling
+                }
+                if sleep {
+                    var ready: Int32 = 0
+                    curl_multi_poll(multi, nil, 0, 1000, &ready)
+                    client.state.withLock { $0.polling = false }
+                }
             }
             failEverything(multi)
-        }
-
-        /// Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the wait.
-        private func mayWait() -> Bool {
-            client.state.withLock { state -> Bool in
-                let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight && !headWaitsForProtocol
-                    && (!headWaitsForConnection || unmultiplexedRoom() > 0)
-                state.polling = !canAdmit && state.cancelled.isEmpty && !state.cancelAllRequested && !state.stopping
-                return state.polling
-            }
-        }
-
-        /// libcurl 8.14 and newer: the transfers just admitted start (libcurl's timer is due at once), then each socket
-        /// that is ready runs its own transfers.
-        private func socketTurn(_ loop: UnsafeMutablePointer<mw_event_loop>, _ multi: UnsafeMutableRawPointer) {
-            let wait = mayWait()
-            _ = mw_event_loop_run(loop, multi, wait ? 1000 : 0)
-            if wait { client.state.withLock { $0.polling = false } }
-            harvest(multi)
-            // What this turn wrote leaves now: one segment per connection.
-            if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: loop, scratch: &socketScratch) }
-        }
-
-        /// Older libcurl: every transfer in progress runs, then the driver polls libcurl's sockets.
-        private func pollTurn(_ multi: UnsafeMutableRawPointer) {
-            var stillRunning: Int32 = 0
-            curl_multi_perform(multi, &stillRunning)
-            harvest(multi)
-            // What this turn wrote leaves now: one segment per connection.
-            if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
-            guard mayWait() else { return }
-            var ready: Int32 = 0
-            curl_multi_poll(multi, nil, 0, 1000, &ready)
-            client.state.withLock { $0.polling = false }
         }
 
         /// Takes cancellations and as many queued requests as there is room for; queued ones that were
@@ -578,14 +531,8 @@ private struct ShareHandle: @unchecked Sendable {
     let raw: UnsafeMutableRawPointer
 }
 
-/// The multi handle's pointer, shared by callers (only `curl_multi_wakeup`, which libcurl allows from any thread) and the
-/// driver. `@unchecked Sendable` because it is a C handle whose only cross-thread use is that documented call.
+/// The multi handle's pointer, shared by callers (only `curl_multi_wakeup`, which libcurl allows from any thread) and the driver.
+/// `@unchecked Sendable` because it is a C handle whose only cross-thread use is that documented call.
 private struct MultiHandle: @unchecked Sendable {
     let raw: UnsafeMutableRawPointer
-}
-
-/// The driver's event loop (the CCurl shim's `mw_event_loop`): callers only wake it (`mw_event_loop_wake`, an eventfd
-/// write, safe from any thread); everything else is the driver thread's. Released in `deinit`, after the multi handle.
-private struct EventLoopHandle: @unchecked Sendable {
-    let raw: UnsafeMutablePointer<mw_event_loop>
 }

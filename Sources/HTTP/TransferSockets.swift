@@ -4,9 +4,8 @@ import Glibc
 /// What the client does to the TCP sockets libcurl opens for it: a stall bound (TCP_USER_TIMEOUT), and a cork
 /// (TCP_CORK) released after every driver turn, so a turn's writes leave as one segment. Debian 12's libcurl 7.88 writes
 /// each HTTP/2 frame on its own (docs/benchmark.md, "Issue 24, second round"); 8.14 writes one per send, which the cork
-/// still joins (not measured there). The sockets to release come from libcurl (`curl_multi_fdset`, or the list its socket
-/// callback keeps: `mw_event_loop`), never from a list of our own, so a descriptor the kernel has given to someone else
-/// is never touched.
+/// still joins (not measured there). The sockets to release come from libcurl (`curl_multi_fdset`), never from a list
+/// of our own, so a descriptor the kernel has given to someone else is never touched.
 enum TransferSockets {
     /// Installs the socket-creation callback (`mw_socket_created` in the CCurl shim): TCP_USER_TIMEOUT and TCP_CORK as
     /// `tls` says.
@@ -28,28 +27,12 @@ enum TransferSockets {
         }
     }
 
-    /// Releases the sockets of `multi`'s transfers in progress (`curl_multi_fdset`: the driver that polls).
+    /// Releases the sockets of `multi`'s transfers in progress.
     static func releaseAll(of multi: UnsafeMutableRawPointer, scratch: inout [Int32]) {
         let count = scratch.withUnsafeMutableBufferPointer { buffer in
             Int(mw_multi_sockets(multi, buffer.baseAddress, Int32(buffer.count)))
         }
         release(scratch[..<count])
-    }
-
-    /// Releases the sockets libcurl watches for `loop` (`scratch` grows to hold them all).
-    static func releaseAll(of loop: UnsafeMutablePointer<mw_event_loop>, scratch: inout [Int32]) {
-        var count = read(loop, into: &scratch)
-        if count > scratch.count {
-            scratch = [Int32](repeating: -1, count: count * 2)
-            count = read(loop, into: &scratch)
-        }
-        release(scratch[..<min(count, scratch.count)])
-    }
-
-    private static func read(_ loop: UnsafeMutablePointer<mw_event_loop>, into scratch: inout [Int32]) -> Int {
-        scratch.withUnsafeMutableBufferPointer { buffer in
-            Int(mw_event_loop_sockets(loop, buffer.baseAddress, Int32(buffer.count)))
-        }
     }
 
     fileprivate static func setFlag(_ fd: Int32, _ option: Int32, _ value: UInt32) {

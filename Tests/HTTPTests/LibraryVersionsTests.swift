@@ -1,6 +1,5 @@
 import CCurl
 import Foundation
-import HTTP
 import Testing
 
 /// Which libcurl (and its TLS library and nghttp2) this test process loaded, from `curl_version_info`: the
@@ -22,10 +21,5 @@ struct LibraryVersionsTests {
         if let expected = ProcessInfo.processInfo.environment["MW_EXPECT_LIBCURL"], !expected.isEmpty {
             #expect(version.hasPrefix(expected), "libcurl \(version), expected \(expected)")
         }
-        // The driver runs libcurl by its sockets from 8.14 (Debian 13) on, and polls every transfer on 7.88 (Debian 12).
-        print("HTTP driver: \(HTTPClient.drivesBySocket ? "curl_multi_socket_action" : "curl_multi_perform")")
-        #expect(HTTPClient.drivesBySocket == (info.pointee.version_num >= 0x08_0E_00))
-        if version.hasPrefix("8.14") { #expect(HTTPClient.drivesBySocket) }
-        if version.hasPrefix("7.88") { #expect(!HTTPClient.drivesBySocket) }
     }
 }
