@@ -48,25 +48,19 @@ struct DisableWitnessFleetTests {
     /// `count` senders, as `count` worker processes would have, all sending to one emulator, each asking the database
     /// for known-good tokens.
     static func withInstances(_ count: Int, conninfo: String, _ body: ([Instance], FCMEmulator) async throws -> Void) async throws {
-        let fixtures = TLSFixtures.shared
-        let keys = try fixtures.rsaKeyPair()
-        var configuration = fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM)
-        configuration.clientEmail = "worker@test-project.iam.gserviceaccount.com"
-        let emulator = try FCMEmulator(configuration: configuration)
-        defer { emulator.stop() }
-        let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
-        var instances: [Instance] = []
-        defer { for instance in instances { instance.sender.shutdown() } }
-        for _ in 0..<count {
-            let heard = Instance.Heard()
-            let sender = try FCMSender(configuration: FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
-                                                                       http: HTTPClientConfiguration(maxInFlight: 20, caFile: fixtures.caFile),
-                                                                       knownGoodTokens: knownGoodTokens(conninfo)),
-                                       logger: Logger(label: "fcm", sink: heard.log), metrics: heard.metrics,
-                                       onHealth: { state in heard.health.record(state) })
-            instances.append(Instance(sender: sender, heard: heard))
+        try await withEmulator { emulator, fcm in
+            var fcm = fcm
+            fcm.knownGoodTokens = knownGoodTokens(conninfo)
+            var instances: [Instance] = []
+            defer { for instance in instances { instance.sender.shutdown() } }
+            for _ in 0..<count {
+                let heard = Instance.Heard()
+                let sender = try FCMSender(configuration: fcm, logger: Logger(label: "fcm", sink: heard.log), metrics: heard.metrics,
+                                           onHealth: { state in heard.health.record(state) })
+                instances.append(Instance(sender: sender, heard: heard))
+            }
+            try await body(instances, emulator)
         }
-        try await body(instances, emulator)
     }
 
     /// `batchSize` events claimed at a time (1: the fleet's instances share the events).

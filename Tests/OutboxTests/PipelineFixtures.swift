@@ -112,11 +112,9 @@ func knownGoodTokens(_ conninfo: String) -> @Sendable ([String]) async -> Witnes
     }
 }
 
-/// A real `FCMSender` against the loopback emulator over TLS, torn down on every path. `knownGood`: the database whose
-/// newest SENT deliveries a disabling answer's dry run goes to, as the daemon wires it (nil: none known).
-func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
-                        configure: (inout FCMConfiguration) -> Void = { _ in },
-                        _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
+/// The loopback FCM emulator over TLS and a service-account file it accepts, torn down on every path: `body` gets the
+/// emulator and the FCM configuration that reaches it.
+func withEmulator(maxInFlight: Int = 20, _ body: (FCMEmulator, FCMConfiguration) async throws -> Void) async throws {
     let fixtures = TLSFixtures.shared
     let keys = try fixtures.rsaKeyPair()
     var configuration = fixtures.emulatorConfiguration(assertionPublicKeyPEM: keys.publicPEM)
@@ -124,13 +122,22 @@ func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil
     let emulator = try FCMEmulator(configuration: configuration)
     defer { emulator.stop() }
     let file = try fixtures.serviceAccountFile(privateKeyPEM: keys.privatePEM, tokenURI: emulator.tokenURI)
-    var fcm = FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
-                               http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile))
-    if let conninfo { fcm.knownGoodTokens = knownGoodTokens(conninfo) }
-    configure(&fcm)
-    let sender = try FCMSender(
-        configuration: fcm,
-        logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry(), onHealth: onHealth)
-    defer { sender.shutdown() }
-    try await body(sender, emulator)
+    try await body(emulator, FCMConfiguration(serviceAccount: try ServiceAccount.load(path: file), baseURL: emulator.baseURL,
+                                              http: HTTPClientConfiguration(maxInFlight: maxInFlight, caFile: fixtures.caFile)))
+}
+
+/// A real `FCMSender` against the loopback emulator over TLS, torn down on every path. `knownGood`: the database whose
+/// newest SENT deliveries a disabling answer's dry run goes to, as the daemon wires it (nil: none known).
+func withEmulatorSender(maxInFlight: Int = 20, knownGood conninfo: String? = nil, onHealth: @escaping @Sendable (FCMHealth) -> Void = { _ in },
+                        configure: (inout FCMConfiguration) -> Void = { _ in },
+                        _ body: (FCMSender, FCMEmulator) async throws -> Void) async throws {
+    try await withEmulator(maxInFlight: maxInFlight) { emulator, fcm in
+        var fcm = fcm
+        if let conninfo { fcm.knownGoodTokens = knownGoodTokens(conninfo) }
+        configure(&fcm)
+        let sender = try FCMSender(configuration: fcm, logger: Logger(label: "fcm", sink: MemorySink()), metrics: MetricsRegistry(),
+                                   onHealth: onHealth)
+        defer { sender.shutdown() }
+        try await body(sender, emulator)
+    }
 }
