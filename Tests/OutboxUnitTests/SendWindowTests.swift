@@ -21,6 +21,33 @@ struct SendWindowTests {
         #expect(limits.allSatisfy { $0 == 500 })
     }
 
+    /// A steady FCM whose answers are harvested in clumps: every fiftieth answer starts ten that waited 120 ms (a busy
+    /// moment on this machine; the mean stays 64 ms against a 50 ms baseline). The window judges the mean of the answers
+    /// since it last judged, so it stays wide; a running average of the last few would have read a clump's end as FCM
+    /// slowing down.
+    @Test func slowAnswersInClumps_doNotShrinkTheWindow() {
+        var window = SendWindow(maximum: 500)
+        var index = 0
+        let limits = Self.feed(&window, 50_000, answerTime: { _ in
+            defer { index += 1 }
+            return index % 50 >= 40 ? .milliseconds(120) : .milliseconds(50)
+        }, perSecond: 10_000, from: .now)
+        #expect(limits.allSatisfy { $0 == 500 }, "narrowest: \(limits.min()!)")
+    }
+
+    /// The first round trip's answers carry the connections' handshakes and the first burst (measured at a 50 ms FCM:
+    /// 108 ms on average, then 55 ms): they are not judged, so the drain does not start at half its window.
+    @Test func aSlowFirstRoundTrip_isNotJudged() {
+        var window = SendWindow(maximum: 500)
+        let start = ContinuousClock.now
+        let first = Self.feed(&window, 500, answerTime: { _ in .milliseconds(108) }, perSecond: 5_000, from: start)
+        let after = Self.feed(&window, 20_000, answerTime: { _ in .milliseconds(55) }, perSecond: 9_000, from: start + .milliseconds(100))
+        #expect((first + after).allSatisfy { $0 == 500 }, "narrowest: \((first + after).min()!)")
+        // A second slow round trip is heard.
+        let slow = Self.feed(&window, 1_000, answerTime: { _ in .milliseconds(108) }, perSecond: 5_000, from: start + .seconds(3))
+        #expect(slow.min()! < 500)
+    }
+
     /// FCM's answer time doubles mid-drain (20 ms, then 40 ms): the window shrinks, and grows back once FCM's new
     /// distance is the baseline (the fastest answer of the last two periods) and sends are waiting.
     @Test func anAnswerTimeThatDoubles_shrinksTheWindow_thenItRecovers() {

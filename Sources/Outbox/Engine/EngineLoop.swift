@@ -183,8 +183,11 @@ actor EngineLoop {
             let now = ContinuousClock.now
             // One wall-clock reading per batch: a SENT delivery's `"sentAt"`.
             let answeredAt = Date()
+            // Read before the batch frees its slots: after its first answer the window is never full until the queued
+            // sends start again (below), so a reading taken at each answer would almost never see sends waiting.
+            let waiting = machine.isWindowFull
             for (send, outcome, answerTime) in answers {
-                if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: machine.isWindowFull) {
+                if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: waiting) {
                     machine.setWindow(limit)
                     windowGauge?.set(Double(limit))
                 }
