@@ -12,7 +12,7 @@ public struct Configuration: Sendable {
         public static let batchSize = 100
         /// 500 on the wire: FCM's default quota (10,000/s) at a 50 ms answer time, by Little's law (the window on the
         /// wire, `SendWindow`, takes fewer when FCM answers faster or slows down).
-        public static let maxInFlight = 1000
+        public static let maxInFlight = 1200
         public static let pollIntervalMS = 1000
         public static let leaseSeconds = 60
         public static let maxAttempts = 10

@@ -84,7 +84,7 @@ struct CheckConfigTests {
         #expect(result.status == 0, "\(result.errorOutput)")
         #expect(result.output.contains("FCM project pill-project, service account worker@pill-project.iam.gserviceaccount.com"))
         #expect(result.output.contains("App Store key KEY123, issuer issuer-1, bundle jp.example.pill"))
-        #expect(result.output.contains("MAX_IN_FLIGHT=1000"))
+        #expect(result.output.contains("MAX_IN_FLIGHT=1200"))
         #expect(result.output.hasSuffix("configuration OK"))
         #expect(result.errorOutput.isEmpty)
 
