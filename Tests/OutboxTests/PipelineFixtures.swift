@@ -24,7 +24,7 @@ extension Fixtures {
 }
 
 /// The pipeline tests' one fake FCM. Each push is answered with `answer` (SENT, named by its token, by default): at
-/// once, after `delay`, or, when `held`, only once `open()` is called (`cancelInFlight` answers the held ones with a
+/// once, after `delay` (changed mid-run by `setDelay`), or, when `held`, only once `open()` is called (`cancelInFlight` answers the held ones with a
 /// transport retry, as a stop's deadline does). `onStart` sees each push as it is handed over; `pushes` are the pushes
 /// answered so far, in the order they were answered.
 final class FakeSender: PushSender, Sendable {
@@ -36,13 +36,14 @@ final class FakeSender: PushSender, Sendable {
     private let state: Mutex<State>
     private let answered = Recorder<DoseTakenPush>()
     let answer: @Sendable (DoseTakenPush) -> SendOutcome
-    let delay: Duration?
+    /// How long each push waits for its answer; `setDelay` changes it for the pushes that start afterwards.
+    private let delay: Mutex<Duration?>
     let onStart: @Sendable (DoseTakenPush) -> Void
 
     init(answer: @escaping @Sendable (DoseTakenPush) -> SendOutcome = { .sent(messageName: "projects/p/messages/\($0.token)") },
          held: Bool = false, delay: Duration? = nil, onStart: @escaping @Sendable (DoseTakenPush) -> Void = { _ in }) {
         state = Mutex(State(open: !held))
-        self.delay = delay
+        self.delay = Mutex(delay)
         self.onStart = onStart
         self.answer = answer
     }
@@ -56,12 +57,15 @@ final class FakeSender: PushSender, Sendable {
             return state.open
         }
         guard now else { return }
-        guard let delay else { return reply(push, completion) }
+        guard let delay = delay.withLock({ $0 }) else { return reply(push, completion) }
         Task {
             try? await Task.sleep(for: delay)
             reply(push, completion)
         }
     }
+
+    /// FCM's answer time from now on (nil: at once).
+    func setDelay(_ delay: Duration?) { self.delay.withLock { $0 = delay } }
 
     /// Answers the held pushes, and every later one at once.
     func open() {
