@@ -112,7 +112,8 @@ public final class FCMSender: PushSender {
     public func start(_ push: DoseTakenPush, completion: @escaping @Sendable (SendOutcome) -> Void) {
         let submitted = ContinuousClock.now
         let pausesBefore = gate.pausesBegun
-        gate.submit(SendGate.Send(
+        // The gate's go-ahead for a send it kept (paced, or parked through a pause).
+        let kept = SendGate.Send(
             run: { [self] ticket in
                 if gate.pausesBegun != pausesBefore, ContinuousClock.now - submitted > maxParkedThroughPause {
                     gate.abandoned(ticket: ticket)
@@ -121,7 +122,8 @@ public final class FCMSender: PushSender {
                 }
                 begin(push, ticket: ticket, completion)
             },
-            drop: { completion(.notSent(reason: "parked while sending was paused for an FCM fault; not transmitted")) }))
+            drop: { completion(.notSent(reason: "parked while sending was paused for an FCM fault; not transmitted")) })
+        if let ticket = gate.submit(kept) { begin(push, ticket: ticket, completion) }
     }
 
     public func cancelWaiting() {

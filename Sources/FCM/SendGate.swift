@@ -80,10 +80,19 @@ final class SendGate: Sendable {
         self.machine = Mutex(machine)
     }
 
-    /// Runs `send.run` now, or when a token comes, or holds it until the pause ends.
-    func submit(_ send: Send) {
+    /// Returns the send's ticket when it may leave now: the caller transmits it at once, with no call back. Otherwise
+    /// the gate keeps it and runs `send.run` when a token comes or the pause ends (or `send.drop` at a stop).
+    func submit(_ send: Send) -> UInt64? {
         let now = ContinuousClock.now
-        execute(machine.withLock { $0.submit(send, now: now) })
+        var actions = machine.withLock { $0.submit(send, now: now) }
+        var ticket: UInt64?
+        actions.removeAll { action in
+            guard case .start(_, let started) = action else { return false }
+            ticket = started
+            return true
+        }
+        execute(actions)
+        return ticket
     }
 
     /// This instance's share of the project's sends per second (nil: none), from the live-instances heartbeat. Sends

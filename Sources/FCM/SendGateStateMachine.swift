@@ -111,7 +111,8 @@ struct SendGateStateMachine<Send> {
 
     // MARK: Inputs
 
-    /// A send to transmit: it starts now, or waits in line for a token, or is parked until the pause ends.
+    /// A send to transmit: it starts now, or waits in line for a token, or is parked until the pause ends. The actions
+    /// hold at most one `.start`, this send's.
     mutating func submit(_ send: Send, now: ContinuousClock.Instant) -> [Action] {
         var actions: [Action] = []
         submit(send, now: now, into: &actions)

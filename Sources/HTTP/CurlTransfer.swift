@@ -209,8 +209,16 @@ final class CurlTransfer {
         completion?(result)
     }
 
-    /// Builds the response or the error once libcurl reports the transfer done.
+    /// Once libcurl reports the transfer done: builds the response or the error, hands it to the completion, and
+    /// returns it (for the driver's bookkeeping).
+    @discardableResult
     func finish(_ code: CURLcode) -> Result<HTTPResponse, HTTPError> {
+        let result = outcome(code)
+        complete(result)
+        return result
+    }
+
+    private func outcome(_ code: CURLcode) -> Result<HTTPResponse, HTTPError> {
         guard code == CURLE_OK else {
             if responseTooLarge {
                 return .failure(HTTPError(.transport, "the response body is larger than \(Self.maxResponseBytes) bytes (the most read into memory)"))

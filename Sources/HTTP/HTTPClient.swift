@@ -498,6 +498,8 @@ public final class HTTPClient: Sendable {
                     continue
                 }
                 running.removeValue(forKey: transfer.id)
+                // The caller has its answer first; what the answer tells the driver (a connection freed, a server's
+                // protocol) matters from the next turn's admissions on.
                 let result = transfer.finish(code)
                 if transfer.needsOwnConnection, case .success = result { freedConnections += 1 }
                 if let server = transfer.probing, case .success(let response) = result {
@@ -506,7 +508,6 @@ public final class HTTPClient: Sendable {
                 endProbe(transfer)
                 endConnectionNeed(transfer, multi)
                 idle.append(transfer)
-                transfer.complete(result)
             }
             if opened > 0 { client.state.withLock { $0.opened += opened } }
         }

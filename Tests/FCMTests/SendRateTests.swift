@@ -34,7 +34,7 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 20, metrics: metrics)  // burst 1
         let record = Record()
-        for _ in 0..<6 { gate.submit(record.parked()) }
+        for _ in 0..<6 { gate.offer(record.parked()) }
         #expect(record.runs == 1)
         #expect(metrics.value("fcm_send_rate_waits_total") == 5)
         #expect(metrics.value("fcm_send_rate_limit") == 20)
@@ -47,13 +47,13 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 0.1, metrics: metrics)  // one send per 10 s, burst 1
         let record = Record()
-        for _ in 0..<3 { gate.submit(record.parked()) }
+        for _ in 0..<3 { gate.offer(record.parked()) }
         #expect(record.runs == 1)
         gate.setBudget(nil)
         #expect(metrics.value("fcm_send_rate_limit") == 0)
         try await eventually("three sends ran") { record.runs == 3 }
         gate.setBudget(0.1)
-        for _ in 0..<3 { gate.submit(record.parked()) }
+        for _ in 0..<3 { gate.offer(record.parked()) }
         #expect(record.runs == 4)
         gate.dropParked()
         #expect(record.drops == 2)
@@ -66,14 +66,14 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(budget: 0, metrics: metrics)
         let record = Record()
-        for _ in 0..<3 { gate.submit(record.parked()) }
+        for _ in 0..<3 { gate.offer(record.parked()) }
         #expect(record.runs == 0)
         #expect(metrics.value("fcm_send_rate_waits_total") == 3)
         gate.setBudget(1000)
         try await eventually("three sends ran") { record.runs == 3 }
         #expect(record.ran.all == [1, 2, 3])
         gate.setBudget(0)
-        gate.submit(record.parked())
+        gate.offer(record.parked())
         #expect(record.runs == 3)
     }
 
@@ -83,7 +83,7 @@ struct SendRateTests {
         let metrics = MetricsRegistry()
         let gate = Self.gate(metrics: metrics)
         let record = Record()
-        for _ in 0..<200 { gate.submit(record.parked()) }
+        for _ in 0..<200 { gate.offer(record.parked()) }
         var pause: Duration?
         for ticket in 1...3 as ClosedRange<UInt64> {
             pause = gate.fault(.overload, reason: "QUOTA_EXCEEDED", retryAfter: nil, minimumPause: .seconds(60), quota: true, ticket: ticket) ?? pause
@@ -101,7 +101,7 @@ struct SendRateTests {
         #expect(metrics.value("fcm_quota_exceeded_total") == 4)
         // A 5xx pause (not the quota) leaves the cap alone.
         let other = Self.gate(metrics: MetricsRegistry())
-        for _ in 0..<10 { other.submit(record.parked()) }
+        for _ in 0..<10 { other.offer(record.parked()) }
         for ticket in 1...3 as ClosedRange<UInt64> { other.fault(.overload, reason: "UNAVAILABLE", retryAfter: nil, ticket: ticket) }
         #expect(other.rateLimitState.cap == nil)
     }
@@ -171,4 +171,11 @@ struct SendRateTests {
 extension FCMSender {
     /// The gate's pacing state, for tests.
     var gateRateLimit: SendRateLimit { gate.rateLimitState }
+}
+
+extension SendGate {
+    /// Submits `send` as `FCMSender` does: a send the gate lets leave now runs at once, with its ticket.
+    func offer(_ send: Send) {
+        if let ticket = submit(send) { send.run(ticket) }
+    }
 }

@@ -11,21 +11,27 @@ import Timekeeping
 struct EngineStateMachineTests {
     typealias Machine = EngineStateMachine
 
-    /// One claimed event with `devices` deliveries, opened in `machine`; returns its group and sends.
-    static func claim(_ machine: inout Machine, key: String = "doseTaken:g", eventId: Int64 = 1, devices: Int) -> (EventGroupID, [PendingSend]) {
+    /// One claimed event with `devices` deliveries, opened (its sends queued) in `machine`; returns its group, its
+    /// sends as the machine queued them, and what opening it did.
+    static func open(_ machine: inout Machine, key: String = "doseTaken:g", eventId: Int64 = 1, devices: Int,
+                     leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (EventGroupID, [PendingSend], [Machine.Action]) {
         let lease = LeaseToken()
         let event = ClaimedEvent(id: eventId, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: lease)
-        let deliveries = (0..<devices).map { index in
-            ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, patientId: "p", deviceId: "dev\(index)", token: "t\(index)", claimedAt: Date(), lease: lease)
+        let claimed: [Machine.ClaimedSend] = (0..<devices).map { index in
+            let delivery = ClaimedDelivery(id: "\(key)/d\(index)", eventKey: key, patientId: "p", deviceId: "dev\(index)", token: "t\(index)",
+                                           claimedAt: Date(), lease: lease)
+            return (delivery, DoseTakenPush(token: delivery.token, eventKey: key, patientId: "p", displayName: "n", date: "2026-02-11",
+                                            slot: "morning", recordingGroupId: "g", withinTime: true), nil)
         }
-        let (id, actions) = machine.open(events: [event], eventKey: key, deliveries: deliveries)
+        let (id, actions) = machine.open(events: [event], eventKey: key, sends: claimed, leaseDeadline: leaseDeadline)
+        return (id, claimed.map { PendingSend(group: id, outboxIds: [eventId], delivery: $0.delivery, push: $0.push) }, actions)
+    }
+
+    /// `open` on a running machine: opening a group with deliveries does nothing yet.
+    static func claim(_ machine: inout Machine, key: String = "doseTaken:g", eventId: Int64 = 1, devices: Int) -> (EventGroupID, [PendingSend]) {
+        let (id, sends, actions) = open(&machine, key: key, eventId: eventId, devices: devices)
         #expect(actions.isEmpty == (devices > 0))
-        let sends = deliveries.map { delivery in
-            PendingSend(group: id, outboxIds: [eventId], delivery: delivery, push: DoseTakenPush(
-                token: delivery.token, eventKey: key, patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning",
-                recordingGroupId: "g", withinTime: true))
-        }
         return (id, sends)
     }
 
@@ -67,7 +73,6 @@ struct EngineStateMachineTests {
     @Test func answeredButUnwritten_holdsItsSlot_untilWritten() {
         var machine = Machine(slots: 2, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 4)
-        #expect(machine.enqueue(sends).isEmpty)
         #expect(machine.load == 4)
         let first = Self.started(&machine)
         #expect(first.count == 2)
@@ -92,7 +97,6 @@ struct EngineStateMachineTests {
     @Test func lastAnswer_endsTheGroup_whichLeavesWhenItsEndIsWritten() {
         var machine = Machine(slots: 4, highWater: 8)
         let (id, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         let first = machine.answered(started[0], .sent(messageName: "m0"))
         #expect(Self.kinds(first) == ["record"])
@@ -119,7 +123,7 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 1, highWater: 4)
         let event = ClaimedEvent(id: 9, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
                                  displayName: "n", lease: LeaseToken())
-        let (id, actions) = machine.open(events: [event], eventKey: "doseTaken:x", deliveries: [])
+        let (id, actions) = machine.open(events: [event], eventKey: "doseTaken:x", sends: [])
         #expect(Self.kinds(actions) == ["end(settle)"])
         guard case .end(_, .settle(let settlements)) = actions.first else { return }
         #expect(settlements.map(\.id) == [9])
@@ -131,7 +135,6 @@ struct EngineStateMachineTests {
     @Test func room_countsQueuedSendingAndUnwritten() {
         var machine = Machine(slots: 2, highWater: 6)
         let (_, sends) = Self.claim(&machine, devices: 4)
-        _ = machine.enqueue(sends)
         #expect(machine.hasRoom(2))
         #expect(!machine.hasRoom(3))
         let started = Self.started(&machine)
@@ -148,8 +151,6 @@ struct EngineStateMachineTests {
     @Test func starved_whileSendsAreQueuedBehindSlotsHeldBySendingOrUnwrittenWork() {
         var machine = Machine(slots: 2, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 3)
-        #expect(!machine.isStarved)  // nothing queued yet
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         #expect(started.count == 2)
         #expect(machine.isStarved)  // one queued, both slots sending
@@ -205,7 +206,6 @@ struct EngineStateMachineTests {
             switch step {
             case .claim:
                 let (_, sends) = claim(&machine, key: "doseTaken:g\(claimed)", eventId: Int64(claimed), devices: devices)
-                #expect(machine.enqueue(sends).isEmpty)
                 claimed += 1
                 trace.append("claim")
             case .start:
@@ -243,7 +243,6 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 2, highWater: 30, capacity: 4)
         for event in 0..<4 {
             let (_, sends) = Self.claim(&machine, key: "doseTaken:c\(event)", eventId: Int64(event), devices: 2)
-            _ = machine.enqueue(sends)
         }
         var pending = Self.started(&machine)
         #expect(pending.count == 2)  // the slots, not the capacity, bound what is in flight
@@ -285,7 +284,6 @@ struct EngineStateMachineTests {
     @Test func lostEventLease_dropsItsQueuedSends_andItsEndWritesNothing() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 3)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         #expect(started.count == 1)
         let held = machine.heldLeases()
@@ -308,7 +306,6 @@ struct EngineStateMachineTests {
     @Test func leaseLostAfterTheGroupEnded_stopsItsRenewal_butDoesNotEndItAgain() {
         var machine = Machine(slots: 1, highWater: 8)
         let (id, sends) = Self.claim(&machine, devices: 1)
-        _ = machine.enqueue(sends)
         let answer = machine.answered(Self.started(&machine)[0], .sent(messageName: "m"))
         #expect(Self.kinds(answer) == ["record", "end(settle)"])
         let held = machine.heldLeases()
@@ -332,7 +329,6 @@ struct EngineStateMachineTests {
     @Test func heldLeases_includeAnsweredButUnwritten() {
         var machine = Machine(slots: 2, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         let actions = started.flatMap { machine.answered($0, .sent(messageName: "m")) }
         #expect(machine.heldLeases().deliveries.count == 2)
@@ -345,7 +341,6 @@ struct EngineStateMachineTests {
     @Test func stopWhileQueued_releasesEverything() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let actions = machine.stop()
         #expect(Self.kinds(actions) == ["release", "release", "end(release)"])  // unsent: the event is released
         guard case .end(_, .release(let events)) = actions.last else { return }
@@ -359,7 +354,6 @@ struct EngineStateMachineTests {
     @Test func stopWhileSending_awaitsTheAnswer_thenReleasesTheEvent() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         let stopped = machine.stop()
         #expect(Self.kinds(stopped) == ["release"])  // the queued one; the group waits for the one in flight
@@ -373,7 +367,6 @@ struct EngineStateMachineTests {
     @Test func stopWithAnswersUnwritten_keepsThemUntilWritten() {
         var machine = Machine(slots: 2, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let answers = Self.started(&machine).flatMap { machine.answered($0, .sent(messageName: "m")) }
         #expect(machine.stop().isEmpty)
         #expect(machine.abandonRemaining().isEmpty)  // already ended: its outcomes are still to be written
@@ -385,7 +378,6 @@ struct EngineStateMachineTests {
     @Test func stopDeadline_abandonsSendsInFlight_andWritesNothingForThem() {
         var machine = Machine(slots: 2, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         _ = machine.stop()
         // One cancelled at the deadline (its outcome unknown), one never answers before the grace ends.
@@ -401,17 +393,16 @@ struct EngineStateMachineTests {
         #expect(machine.load == 0)
     }
 
-    @Test func enqueueAfterStop_releasesAtOnce() {
+    @Test func openAfterStop_releasesAtOnce() {
         var machine = Machine(slots: 1, highWater: 8)
         _ = machine.stop()
-        let (_, sends) = Self.claim(&machine, devices: 1)
-        #expect(Self.kinds(machine.enqueue(sends)) == ["release", "end(release)"])
+        let (_, _, actions) = Self.open(&machine, devices: 1)
+        #expect(Self.kinds(actions) == ["release", "end(release)"])
     }
 
     @Test func notSentAnswer_releasesTheDelivery_andFreesItsSlot() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 2)
-        _ = machine.enqueue(sends)
         let started = Self.started(&machine)
         #expect(Self.kinds(machine.answered(started[0], .notSent(reason: "cancelled before start"))) == ["release"])
         #expect(machine.unwritten == 0)
@@ -421,7 +412,6 @@ struct EngineStateMachineTests {
     @Test func writtenTwice_orForAnUnknownGroup_changesNothing() {
         var machine = Machine(slots: 1, highWater: 8)
         let (_, sends) = Self.claim(&machine, devices: 1)
-        _ = machine.enqueue(sends)
         let answer = machine.answered(Self.started(&machine)[0], .sent(messageName: "m"))
         let receipt = Self.receipt(answer)
         machine.written(receipt)
@@ -438,14 +428,7 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 1, highWater: 8)
         let start = ContinuousClock.now
         let lease = Duration.seconds(6)
-        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
-                                 displayName: "n", lease: LeaseToken())
-        let deliveries = (0..<3).map { ClaimedDelivery(id: "d\($0)", eventKey: "k", patientId: "p", deviceId: "dev\($0)", token: "t\($0)", claimedAt: Date(),
-                                                       lease: event.lease) }
-        let (id, _) = machine.open(events: [event], eventKey: "k", deliveries: deliveries, leaseDeadline: start + lease)
-        let sends = deliveries.map { PendingSend(group: id, outboxIds: [1], delivery: $0, push: DoseTakenPush(
-            token: $0.token, eventKey: "k", patientId: "p", displayName: "n", date: "2026-02-11", slot: "morning", recordingGroupId: "g", withinTime: true)) }
-        _ = machine.enqueue(sends)
+        let (id, sends, _) = Self.open(&machine, devices: 3, leaseDeadline: start + lease)
         // Early: the first send starts.
         let first = machine.next(now: start + .seconds(1), margin: lease / 3)
         #expect(Self.kinds(first) == ["send"])
@@ -466,15 +449,10 @@ struct EngineStateMachineTests {
         var machine = Machine(slots: 1, highWater: 8)
         let start = ContinuousClock.now
         let lease = Duration.seconds(6)
-        let (_, sends) = Self.claim(&machine, devices: 2)
-        machine = Machine(slots: 1, highWater: 8)
-        let event = ClaimedEvent(id: 1, eventType: "DOSE_TAKEN", patientId: "p", payload: "{}", attempts: 1, ageSeconds: 0,
-                                 displayName: "n", lease: sends[0].delivery.lease)
-        let (id, _) = machine.open(events: [event], eventKey: sends[0].delivery.eventKey, deliveries: sends.map(\.delivery),
-                                   leaseDeadline: start + lease)
-        _ = machine.enqueue(sends.map { PendingSend(group: id, outboxIds: [1], delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) })
+        let (id, sends, _) = Self.open(&machine, devices: 2, leaseDeadline: start + lease)
+        let eventLease = sends[0].delivery.lease
         // Renewed at start + 3 s (confirmed by the database): the lease now lapses at start + 9 s.
-        machine.renewed(events: [.init(id: "1", lease: event.lease)], deadline: start + .seconds(3) + lease)
+        machine.renewed(events: [.init(id: "1", lease: eventLease)], deadline: start + .seconds(3) + lease)
         #expect(Self.kinds(machine.next(now: start + .seconds(5), margin: lease / 3)) == ["send"])
         // A renewal that did not confirm this lease (another token) moves nothing.
         machine.renewed(events: [.init(id: "1", lease: LeaseToken())], deadline: start + .seconds(60))

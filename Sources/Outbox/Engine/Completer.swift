@@ -206,7 +206,9 @@ final class Completer: Sendable {
                 }
             }
             let started = ContinuousClock.now
-            await turn.run { await write(batch) }
+            await turn.take()
+            await write(batch)
+            turn.pass()
             metrics.flushed(seconds: (ContinuousClock.now - started).asSeconds)
             await engine.written(receipt)
         }

@@ -19,8 +19,7 @@ actor EngineLoop {
         var events: [ClaimedEvent]
         var eventKey: String
         var leaseDeadline: ContinuousClock.Instant
-        var sends: [(delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date?)]
-        var deliveries: [ClaimedDelivery] { sends.map(\.delivery) }
+        var sends: [EngineStateMachine.ClaimedSend]
     }
 
     private struct Mailbox {
@@ -76,14 +75,7 @@ actor EngineLoop {
         writer.finish(finished)
         var actions: [EngineStateMachine.Action] = []
         for group in groups {
-            let (id, opened) = machine.open(events: group.events, eventKey: group.eventKey, deliveries: group.deliveries,
-                                            leaseDeadline: group.leaseDeadline)
-            actions += opened
-            guard !group.sends.isEmpty else { continue }
-            let outboxIds = group.events.map(\.id)
-            actions += machine.enqueue(group.sends.map {
-                PendingSend(group: id, outboxIds: outboxIds, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt)
-            })
+            actions += machine.open(events: group.events, eventKey: group.eventKey, sends: group.sends, leaseDeadline: group.leaseDeadline).1
         }
         perform(actions)
         startQueuedSends()

@@ -152,26 +152,30 @@ struct EngineStateMachine: Sendable {
 
     // MARK: Claim
 
-    /// Starts holding a claimed group. Without deliveries it ends at once (the `.end` action).
-    mutating func open(events: [ClaimedEvent], eventKey: String, deliveries: [ClaimedDelivery],
+    /// A claimed delivery with the push it sends and its outbox row's `"createdAt"` (the latency metric's start).
+    typealias ClaimedSend = (delivery: ClaimedDelivery, push: DoseTakenPush, createdAt: Date?)
+
+    /// Starts holding a claimed group and queues its sends (once stopped they are released at once). Without
+    /// deliveries it ends at once (the `.end` action).
+    mutating func open(events: [ClaimedEvent], eventKey: String, sends: [ClaimedSend],
                        leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (EventGroupID, [Action]) {
         let id = EventGroupID(raw: nextGroup)
         nextGroup &+= 1
         var entries: [String: Delivery] = [:]
-        entries.reserveCapacity(deliveries.count)
-        for delivery in deliveries { entries[delivery.id] = Delivery(lease: delivery.lease, phase: .queued) }
-        var group = Group(events: events, eventKey: eventKey, deliveries: entries, deliveryIds: deliveries.map(\.id), unanswered: entries.count)
+        entries.reserveCapacity(sends.count)
+        for send in sends { entries[send.delivery.id] = Delivery(lease: send.delivery.lease, phase: .queued) }
+        var group = Group(events: events, eventKey: eventKey, deliveries: entries, deliveryIds: sends.map(\.delivery.id), unanswered: entries.count)
         group.leaseDeadline = leaseDeadline
         var actions: [Action] = []
         end(id, group, into: &actions)
+        let outboxIds = events.map(\.id)
+        let pending = sends.map { PendingSend(group: id, outboxIds: outboxIds, delivery: $0.delivery, push: $0.push, createdAt: $0.createdAt) }
+        if stopped {
+            for send in pending { actions += notSent(send) }
+        } else {
+            queue.append(contentsOf: pending)
+        }
         return (id, actions)
-    }
-
-    /// Queues sends of open groups (after `open`). Once stopped they are released at once.
-    mutating func enqueue(_ sends: [PendingSend]) -> [Action] {
-        guard !stopped else { return sends.flatMap { notSent($0) } }
-        queue.append(contentsOf: sends)
-        return []
     }
 
     // MARK: Send

@@ -14,6 +14,14 @@ final class WriteTurn: Sendable {
 
     /// Runs `body` once no other turn is running; turns are served in arrival order.
     func run<T: Sendable>(_ body: () async -> T) async -> T {
+        await take()
+        let result = await body()
+        pass()
+        return result
+    }
+
+    /// Returns once this caller's turn has come (in arrival order); `pass` must follow.
+    func take() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 guard state.busy else {
@@ -25,7 +33,10 @@ final class WriteTurn: Sendable {
             }
             if now { continuation.resume() }
         }
-        let result = await body()
+    }
+
+    /// Ends the caller's turn: the next waiter's begins.
+    func pass() {
         let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.waiters.isEmpty else {
                 state.busy = false
@@ -34,6 +45,5 @@ final class WriteTurn: Sendable {
             return state.waiters.removeFirst()  // the turn passes straight to the next waiter
         }
         next?.resume()
-        return result
     }
 }
