@@ -81,7 +81,7 @@ let package = Package(
         .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "JSON", "Logging", "Metrics", "CCurl", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),
         .testTarget(name: "HealthTests", dependencies: ["Health", "HTTP", "Metrics", "TestSupport"]),
-        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "CCurl", "TestSupport"]),
+        .testTarget(name: "HTTPTests", dependencies: ["HTTP", "HTTPServer", "CCurl", "FCM", "FCMEmulator", "Push", "Logging", "Metrics", "TestSupport"]),
         .testTarget(name: "LoggingTests", dependencies: ["Logging", "TextSupport", "Health", "HTTPServer", "Metrics", "TestSupport"]),
         .testTarget(name: "TimekeepingTests", dependencies: ["Timekeeping"]),
         .testTarget(name: "TextSupportTests", dependencies: ["TextSupport"]),
