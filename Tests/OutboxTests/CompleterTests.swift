@@ -10,11 +10,11 @@ import Testing
 /// The writer's linger: it waits for a larger batch only while nobody waits for the slots its items hold.
 @Suite("Completer", .blockingFixtures)
 struct CompleterTests {
-    /// A completer whose linger is an hour; its store is never reached (the items written are empty ends of lost
+    /// A completer whose flushes start an hour apart (so its first waits an hour from its start); its store is never reached (the items written are empty ends of lost
     /// groups, which write nothing but still report their receipt).
     static func lingeringCompleter(starved: Bool) -> Completer {
         var configuration = DeliveryEngineConfiguration()
-        configuration.completerFlushDelay = .seconds(3600)
+        configuration.completerFlushInterval = .seconds(3600)
         let completer = Completer(store: OutboxStore(client: PostgresClient(conninfo: "host=/nonexistent")), configuration: configuration,
                                   metrics: PipelineMetrics(MetricsRegistry()), logger: Logger(label: "completer", sink: MemorySink()),
                                   stop: StopSignal(), turn: WriteTurn())
@@ -27,9 +27,7 @@ struct CompleterTests {
     }
 
     /// What a writer reported written, in order.
-    final class Receipts: WrittenReceipts {
-        func written(_ receipt: EngineStateMachine.Receipt) async { append(receipt) }
-
+    final class Receipts: Sendable {
         private let items = Recorder<EngineStateMachine.Receipt>()
         func append(_ receipt: EngineStateMachine.Receipt) { items.record(receipt) }
         var all: [EngineStateMachine.Receipt] { items.all }
@@ -39,7 +37,7 @@ struct CompleterTests {
     static func parkedWriter(starved: Bool) async throws -> (Completer, Task<Void, Never>, Receipts) {
         let completer = lingeringCompleter(starved: starved)
         let receipts = Receipts()
-        let writer = Task { await completer.run(reportingTo: receipts) }
+        let writer = Task { await completer.run(written: { receipts.append($0) }) }
         try await eventually("the completer parks", timeout: .seconds(60)) { completer.isParked }
         #expect(completer.isParked)
         return (completer, writer, receipts)

@@ -33,10 +33,10 @@ extension DeliveryEngine {
 
 extension EngineLoop {
     /// The loop holds no group: nothing queued, sending or unwritten.
-    var isIdle: Bool { machine.isIdle }
+    var isIdle: Bool { machine.groups.isEmpty }
 
     /// Returns once nothing is held.
     func waitUntilIdle() async {
-        while !machine.isIdle { try? await Task.sleep(for: .milliseconds(1)) }
+        while !machine.groups.isEmpty { try? await Task.sleep(for: .milliseconds(1)) }
     }
 }

@@ -113,9 +113,9 @@ struct EngineStateMachineTests {
         #expect(settlements[0].deliveryIds == sends.map(\.delivery.id))
         #expect(settlements[0].lease == sends[0].delivery.lease)
         machine.written(Self.receipt(first))
-        #expect(!machine.isIdle)
+        #expect(!machine.groups.isEmpty)
         machine.written(Self.receipt(last))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
         #expect(machine.load == 0)
     }
 
@@ -129,7 +129,7 @@ struct EngineStateMachineTests {
         #expect(settlements.map(\.id) == [9])
         #expect(settlements[0].deliveryIds.isEmpty)
         machine.written(.init(groups: [id]))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func room_countsQueuedSendingAndUnwritten() {
@@ -235,7 +235,7 @@ struct EngineStateMachineTests {
         #expect(claimed == events, "seed \(seed)")
         #expect(recorded == events * devices, "seed \(seed): every delivery's outcome written once")
         #expect(settled == events, "seed \(seed): every event's end written once")
-        #expect(machine.isIdle && machine.load == 0, "seed \(seed) ended with load \(machine.load) after \(trace.count) steps")
+        #expect(machine.groups.isEmpty && machine.load == 0, "seed \(seed) ended with load \(machine.load) after \(trace.count) steps")
         return trace
     }
 
@@ -300,7 +300,7 @@ struct EngineStateMachineTests {
         #expect(Self.kinds(rest) == ["end(nothing)"])  // lost: its end writes nothing
         #expect(machine.groups.values.first?.phase == .ending(lost: true))
         machine.written(Self.receipt(rest))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func leaseLostAfterTheGroupEnded_stopsItsRenewal_butDoesNotEndItAgain() {
@@ -315,7 +315,7 @@ struct EngineStateMachineTests {
         #expect(machine.heldLeases().events.isEmpty && machine.heldLeases().deliveries.isEmpty)
         #expect(machine.abandonRemaining().isEmpty)
         machine.written(Self.receipt(answer))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func markLost_matchesTheLease_notOnlyTheId() {
@@ -347,7 +347,7 @@ struct EngineStateMachineTests {
         #expect(events.map(\.id) == [1])
         #expect(machine.next().isEmpty)
         machine.written(Self.receipt(actions))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
         #expect(machine.hasRoom(1_000))  // a waiting claimer wakes and sees the stop
     }
 
@@ -361,7 +361,7 @@ struct EngineStateMachineTests {
         // Released (due again at once), the sent delivery recorded SENT.
         #expect(Self.kinds(answer) == ["record", "end(release)"])
         machine.written(Self.receipt(answer))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func stopWithAnswersUnwritten_keepsThemUntilWritten() {
@@ -372,7 +372,7 @@ struct EngineStateMachineTests {
         #expect(machine.abandonRemaining().isEmpty)  // already ended: its outcomes are still to be written
         #expect(machine.heldLeases().deliveries.count == 2)
         machine.written(Self.receipt(answers))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func stopDeadline_abandonsSendsInFlight_andWritesNothingForThem() {
@@ -389,7 +389,7 @@ struct EngineStateMachineTests {
         #expect(machine.sending == 0)
         #expect(machine.answered(started[1], .sent(messageName: "late")).isEmpty)  // a late answer is ignored
         machine.written(Self.receipt(rest))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
         #expect(machine.load == 0)
     }
 
@@ -419,7 +419,7 @@ struct EngineStateMachineTests {
         machine.written(.init(deliveries: [.init(group: EventGroupID(raw: 99), delivery: "x")], groups: [EventGroupID(raw: 99)]))
         #expect(machine.unwritten == 0)
         #expect(machine.sending == 0)
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     // MARK: Lease deadlines (a worker cut off from the database)
@@ -442,7 +442,7 @@ struct EngineStateMachineTests {
         #expect(machine.groups[id]?.phase == .ending(lost: true))
         #expect(machine.heldLeases().events.isEmpty)
         machine.written(Self.receipt(late))
-        #expect(machine.isIdle)
+        #expect(machine.groups.isEmpty)
     }
 
     @Test func aConfirmedRenewal_movesTheDeadline_soSendingGoesOn() {

@@ -29,9 +29,9 @@ public struct DeliveryEngineConfiguration: Sendable {
     public var maxAttempts = 10
     public var eventMaxAge = Duration.seconds(24 * 3600)
     public var backoff = Backoff()
-    /// Results are written this long after the first one arrives at an idle writer, or at once when half the
-    /// send slots' worth is waiting or sends are queued behind full slots.
-    public var completerFlushDelay = Duration.milliseconds(2)
+    /// Completer transactions start at most this often (from one's start to the next), so each carries what answered
+    /// meanwhile; one starts at once when half the send slots' worth is waiting or sends are queued behind full slots.
+    public var completerFlushInterval = Duration.milliseconds(10)
     /// Most items one completer transaction writes (its size, and so its time, stay bounded under any backlog).
     public var completerFlushCount = 512
     /// Identifies this process in `"leasedBy"` (host:pid).
@@ -80,8 +80,8 @@ public final class DeliveryEngine: Service {
             "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
             "fcm.max_in_flight": "\(configuration.maxInFlight)", "fcm.max_sending": "\(configuration.sendingSlots)",
         ])
-        _ = await runStages(stop: stop, rest: ClaimLoop.waitForWork(wake, pollInterval: configuration.pollInterval))
-        logger.info("delivery engine stopped")
+        let claimed = await runStages(stop: stop, rest: ClaimLoop.waitForWork(wake, pollInterval: configuration.pollInterval))
+        logger.info("delivery engine stopped", metadata: ["outbox.claimed": "\(claimed)"])
     }
 
     /// The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
@@ -99,7 +99,7 @@ public final class DeliveryEngine: Service {
         // The heartbeat keeps leases until the writer has written the last outcome, so it stops after the writer.
         let heartbeatStop = StopSignal()
 
-        async let written: Void = writer.run(reportingTo: engine)
+        async let written: Void = writer.run(written: { await engine.written($0) })
         async let heartbeats: Void = heartbeat.run(until: heartbeatStop)
         let claimed = ClaimLoop.Tally()
         let claimLoops = (0..<max(1, configuration.claimers)).map { _ in

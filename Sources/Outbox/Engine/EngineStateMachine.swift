@@ -144,8 +144,6 @@ struct EngineStateMachine: Sendable {
     var load: Int { queued + sending + unwritten }
     /// Sends are queued and the capacity is held by unwritten outcomes: only a written outcome lets the next one start.
     var isStarved: Bool { queued > 0 && sending + unwritten >= capacity }
-    /// Nothing held: no group between claim and its written end.
-    var isIdle: Bool { groups.isEmpty }
 
     /// Whether a claimer waiting for `room` may claim now (always, once stopped: it then sees the stop).
     func hasRoom(_ room: Int) -> Bool { stopped || load + min(max(1, room), highWater) <= highWater }
