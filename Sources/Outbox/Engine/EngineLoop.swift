@@ -75,7 +75,7 @@ actor EngineLoop {
         writer.finish(finished)
         var actions: [EngineStateMachine.Action] = []
         for group in groups {
-            actions += machine.open(events: group.events, eventKey: group.eventKey, sends: group.sends, leaseDeadline: group.leaseDeadline).1
+            actions += machine.open(events: group.events, eventKey: group.eventKey, sends: group.sends, leaseDeadline: group.leaseDeadline).actions
         }
         perform(actions)
         startQueuedSends()

@@ -156,7 +156,7 @@ struct EngineStateMachine: Sendable {
     /// Starts holding a claimed group and queues its sends (once stopped they are released at once). Without
     /// deliveries it ends at once (the `.end` action).
     mutating func open(events: [ClaimedEvent], eventKey: String, sends: [ClaimedSend],
-                       leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (EventGroupID, [Action]) {
+                       leaseDeadline: ContinuousClock.Instant = .now + .seconds(3600)) -> (id: EventGroupID, actions: [Action]) {
         let id = EventGroupID(raw: nextGroup)
         nextGroup &+= 1
         var entries: [String: Delivery] = [:]
