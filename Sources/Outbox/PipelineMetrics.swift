@@ -13,6 +13,11 @@ struct PipelineMetrics: Sendable {
     private let deliveries: [Counter]
     /// `push_outbox_processed_total` by the statuses a settlement writes, looked up once.
     private let processed: [OutboxStatus: Counter]
+    /// `push_outbox_claimed_total`: events claimed (an event is claimed again for each attempt).
+    let claimed: Counter
+    static let claimedName = "push_outbox_claimed_total"
+    /// Events claimed so far.
+    var claimedTotal: Int { Int(registry.value(Self.claimedName) ?? 0) }
     /// `push_outcomes_unwritten`: answered sends whose outcome is not yet written (at most `MAX_IN_FLIGHT`).
     let unwritten: Gauge
     /// `push_send_window`: the sends that may be on the wire now, from FCM's answer time (`SendWindow`).
@@ -33,6 +38,8 @@ struct PipelineMetrics: Sendable {
         var processed: [OutboxStatus: Counter] = [:]
         for status in OutboxStatus.allCases { processed[status] = Self.processedCounter(registry, status) }
         self.processed = processed
+        claimed = registry.counter(Self.claimedName,
+                                   help: "Outbox events claimed for processing (an event is claimed again for each attempt).")
         unwritten = registry.gauge("push_outcomes_unwritten",
                                    help: "Sends FCM answered whose outcome is not yet written to the database (with the sends in flight, at most MAX_IN_FLIGHT).")
         window = registry.gauge("push_send_window",

@@ -1,42 +1,45 @@
 import Lifecycle
 @testable import Outbox
-import Synchronization
+import Postgres
 
 extension DeliveryEngine {
-    /// Processes due events until none is left and nothing is in progress, then returns the number of events claimed:
-    /// the engine's own stages, whose claim loops rest until the engine is idle instead of waiting for work, and end
-    /// once a claim finds nothing while the engine holds nothing, or after a few failed claims (a tests' entry point,
-    /// not the daemon's). The last loop to end stops the stages at once: a write the database refuses meanwhile is
-    /// given up (its leases expire and the work is retried) rather than retried for ever.
+    /// Runs the engine as the daemon does (`run(until:)`) until the outbox holds nothing for it, then stops it as a
+    /// SIGTERM does and returns the events it claimed meanwhile (`push_outbox_claimed_total`). "Nothing for it": no
+    /// PENDING event is due and none is leased to this worker (every event it claimed is settled), read from the
+    /// database every few milliseconds. It also stops once those reads failed for two seconds in a row (the database
+    /// went away), or after a minute: a test whose work never settles fails on its assertions, not by hanging.
     @discardableResult
     func drain() async throws -> Int {
+        let before = metrics.claimedTotal
         let stop = StopSignal()
-        let loops = max(1, configuration.claimers)
-        let ended = Mutex(0)
-        let wake = self.wake
-        return await runStages(stop: stop, rest: { pause, engine, seen in
-            let goesOn: Bool
-            switch pause {
-            case .short(let claimed):
-                let idle = await engine.isIdle
-                goesOn = claimed > 0 || !idle
-                if goesOn { await engine.waitUntilIdle() }
-            case .failed(let failures, let delay):
-                goesOn = failures <= 3
-                if goesOn { await wake.wait(after: seen, timeout: delay) }
+        async let running: Void = run(until: stop)
+        let deadline = ContinuousClock.now + .seconds(60)
+        var failingSince: ContinuousClock.Instant?
+        while ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(5))
+            do {
+                if try await outboxIsQuiet() { break }
+                failingSince = nil
+            } catch {
+                let since = failingSince ?? .now
+                if since.duration(to: .now) > .seconds(2) { break }
+                failingSince = since
             }
-            if !goesOn, ended.withLock({ count in count += 1; return count }) == loops { stop.request(grace: .zero) }
-            return goesOn
-        })
+        }
+        stop.request(grace: .zero)
+        await running
+        return metrics.claimedTotal - before
     }
-}
 
-extension EngineLoop {
-    /// The loop holds no group: nothing queued, sending or unwritten.
-    var isIdle: Bool { machine.groups.isEmpty }
-
-    /// Returns once nothing is held.
-    func waitUntilIdle() async {
-        while !machine.groups.isEmpty { try? await Task.sleep(for: .milliseconds(1)) }
+    /// No PENDING event is due, and none is leased to this worker.
+    private func outboxIsQuiet() async throws -> Bool {
+        let rows = try await store.client.query("""
+            SELECT NOT EXISTS (
+                SELECT 1 FROM "PushOutbox"
+                WHERE status = \(literal: OutboxStatus.pending)
+                  AND ("availableAt" <= now() OR ("leasedBy" = \(configuration.workerId) AND "leaseExpiresAt" > now()))
+            ) AS quiet
+            """)
+        return try rows[0]["quiet"].bool()
     }
 }

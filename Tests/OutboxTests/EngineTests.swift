@@ -195,7 +195,7 @@ struct EngineTests {
             let group = String(sending.dropFirst("doseTaken:".count))
             // Another instance takes over every event but the one being sent.
             try db.connection.query(#"""
-                UPDATE "PushOutbox" SET "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour',
+                UPDATE "PushOutbox" SET "leasedBy" = 'another-instance', "leaseToken" = gen_random_uuid(), "leaseExpiresAt" = now() + interval '1 hour',
                     "availableAt" = now() + interval '1 hour' WHERE payload->>'recordingGroupId' <> \#(group)
                 """#)
             try db.connection.query(#"""

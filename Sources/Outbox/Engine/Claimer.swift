@@ -26,6 +26,7 @@ struct Claimer: Sendable {
         let leaseDeadline = ContinuousClock.now + configuration.lease
         let claimed = try await store.claim(limit: limit, workerId: configuration.workerId, lease: configuration.lease)
         guard !claimed.isEmpty else { return Claim() }
+        metrics.claimed.increment(by: Double(claimed.count))
         var result = Claim(count: claimed.count)
         var finished: [FinishedEvent] = []
         var valid: [(claim: ClaimedEvent, event: DoseTakenEvent)] = []

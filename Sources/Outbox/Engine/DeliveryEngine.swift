@@ -80,14 +80,9 @@ public final class DeliveryEngine: Service {
             "worker.id": configuration.workerId, "outbox.batch_size": "\(configuration.batchSize)",
             "fcm.max_in_flight": "\(configuration.maxInFlight)", "fcm.max_sending": "\(configuration.sendingSlots)",
         ])
-        let claimed = await runStages(stop: stop, rest: ClaimLoop.waitForWork(wake, pollInterval: configuration.pollInterval))
-        logger.info("delivery engine stopped", metadata: ["outbox.claimed": "\(claimed)"])
-    }
-
-    /// The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
-    /// renew and tells it what it renewed or lost; the loop starts the sends. `rest` is where each claim loop waits
-    /// after a claim that did not fill its batch or failed. Returns the events claimed, once the claim loops ended.
-    func runStages(stop: StopSignal, rest: @escaping ClaimLoop.Rest) async -> Int {
+        defer { logger.info("delivery engine stopped", metadata: ["outbox.claimed": "\(metrics.claimedTotal)"]) }
+        // The stages around one event loop: the claimers and the writer send it events, the heartbeat asks it what to
+        // renew and tells it what it renewed or lost; the loop starts the sends.
         let turn = WriteTurn()
         let writer = Completer(store: store, configuration: configuration, metrics: metrics, logger: logger, stop: stop, turn: turn,
                                claimerWake: wake)
@@ -101,10 +96,8 @@ public final class DeliveryEngine: Service {
 
         async let written: Void = writer.run(written: { await engine.written($0) })
         async let heartbeats: Void = heartbeat.run(until: heartbeatStop)
-        let claimed = ClaimLoop.Tally()
         let claimLoops = (0..<max(1, configuration.claimers)).map { _ in
-            ClaimLoop(claimer: claimer, engine: engine, wake: wake, configuration: configuration, logger: logger, rest: rest,
-                      onProgress: onProgress, claimed: claimed)
+            ClaimLoop(claimer: claimer, engine: engine, wake: wake, configuration: configuration, logger: logger, onProgress: onProgress)
         }
         await withTaskGroup(of: Void.self) { watcher in
             // A stop wakes the claimers (and their waits for room) at once; the loop checks it before every send.
@@ -133,6 +126,5 @@ public final class DeliveryEngine: Service {
         await written
         heartbeatStop.request(grace: .zero)
         await heartbeats
-        return claimed.value
     }
 }
