@@ -71,7 +71,7 @@ public enum EventFate {
     /// A PENDING delivery left by an earlier attempt (or a crashed worker) is sent under the new lease when its event is
     /// fanned out again only while its device is still a recipient (`Recipients.refusal`: recipients are decided when
     /// the push leaves); otherwise it ends FAILED with the reason `notSent` gives (a disabled device stays disabled;
-    /// `devices enable` is the way back). The fan-out statement writes it (`OutboxStore.refusalSQL`).
+    /// `devices enable` is the way back). The fan-out statement writes it (`DeliveryFanOut.refusalSQL`).
     public static let deviceDisabledBeforeSend = "device disabled before send"
     public static let linkNotActiveBeforeSend = "not sent: the caregiver's link to the patient is no longer ACTIVE"
     public static let tokenSupersededBeforeSend =

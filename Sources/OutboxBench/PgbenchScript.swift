@@ -23,7 +23,7 @@ public enum PgbenchScript {
     public static func script(batchSize: Int, leaseSeconds: Int = 60, maxAgeSeconds: Int = 86_400, maxAttempts: Int = 10) -> String {
         var variables = Variables()
         let claim = claimQuery(&variables)
-        let fanOut = OutboxStore.fanOutCTEs(keys: variables.texts("keys"), patients: variables.texts("pids"), token: variables.token("token"),
+        let fanOut = DeliveryFanOut.fanOutCTEs(keys: variables.texts("keys"), patients: variables.texts("pids"), token: variables.token("token"),
                                             lease: variables.seconds("lease"), retried: variables.texts("retried"))
         let complete = OutboxStore.completeQuery(
             deliveries: variables.texts("dids"), kinds: variables.texts("dkinds"), details: variables.texts("names"), tokens: variables.texts("dtokens"),

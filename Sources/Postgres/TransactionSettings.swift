@@ -64,7 +64,7 @@ public struct TransactionSettings: Sendable, Equatable {
     /// 0.32 ms of planning per flush, 65 µs of PostgreSQL's CPU per delivery with two paced instances. The generic
     /// plan's table sizes stay recent because statements are prepared again as they age
     /// (`PostgresConnection.PreparedStatement`). Which statements take it is declared beside each one
-    /// (`OutboxStore.PlanPolicy`).
+    /// (`PlanPolicy`).
     public func forFrequentStatements() -> TransactionSettings {
         TransactionSettings(values: values + [("plan_cache_mode", "force_generic_plan")], begin: begin)
     }

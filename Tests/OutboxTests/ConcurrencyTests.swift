@@ -79,8 +79,8 @@ struct ConcurrencyTests {
         let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
         let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
         let lease = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))[0].lease
-        let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease,
-                                                lease: .seconds(60)).deliveries
+        let deliveries = try await DeliveryFanOut(client: store.client)
+            .deliveries(for: [.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease, lease: .seconds(60)).deliveries
         return (db, store, id, lease, deliveries)
     }
 
@@ -142,8 +142,8 @@ struct ConcurrencyTests {
             // With its rows in place (written in an earlier flush), the same settlement is DONE.
             let other = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "group-2"))
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!
-            let sent = try await store.fanOut([.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease,
-                                              lease: .seconds(60)).deliveries
+            let sent = try await DeliveryFanOut(client: store.client)
+                .deliveries(for: [.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease, lease: .seconds(60)).deliveries
             _ = try await store.complete(.init(deliveries: sent.map { Self.sent($0, "m") }),
                                          maxAttempts: 10)
             let done = try await store.complete(.init(settlements: [EventSettlement(
@@ -163,9 +163,10 @@ struct ConcurrencyTests {
             let old = try db.device(owner: "c1", token: "token-old")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
+            let fanOut = DeliveryFanOut(client: store.client)
             let first = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
-            _ = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: first[0].attempts)],
-                                       token: first[0].lease, lease: .seconds(60))
+            _ = try await fanOut.deliveries(for: [.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: first[0].attempts)],
+                                            token: first[0].lease, lease: .seconds(60))
             // The first attempt ends unwritten (a crash); the device is replaced before the retry.
             try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() - interval '1 s', "leaseExpiresAt" = now() - interval '1 s'"#)
             try db.connection.query(#"UPDATE "PushDelivery" SET "leaseExpiresAt" = now() - interval '1 s'"#)
@@ -173,8 +174,8 @@ struct ConcurrencyTests {
             _ = try db.device(owner: "c1", token: "token-new")
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             #expect(second.map(\.attempts) == [2])
-            let deliveries = try await store.fanOut([.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
-                                                    token: second[0].lease, lease: .seconds(60)).deliveries
+            let deliveries = try await fanOut.deliveries(for: [.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: second[0].attempts)],
+                                                         token: second[0].lease, lease: .seconds(60)).deliveries
             #expect(deliveries.map(\.token) == ["token-new"])
             let rows = try db.connection.query(#"SELECT "pushDeviceId", status, "lastError" FROM "PushDelivery""#)
             let oldRow = try rows.first { try $0["pushDeviceId"].string() == old }

@@ -12,7 +12,7 @@ struct DeliveryIdTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let client = PostgresClient(conninfo: conninfo)
             let before = Int64(Date().timeIntervalSince1970 * 1000)
-            let rows = try await client.query("SELECT \(sql: OutboxStore.deliveryIdSQL) AS id FROM generate_series(1, 500)")
+            let rows = try await client.query("SELECT \(sql: DeliveryFanOut.deliveryIdSQL) AS id FROM generate_series(1, 500)")
             let after = Int64(Date().timeIntervalSince1970 * 1000)
             let ids = try rows.map { try $0["id"].string() }
             #expect(Set(ids).count == 500)
@@ -28,7 +28,7 @@ struct DeliveryIdTests {
             let parsed = try await client.query("SELECT count(*) AS n FROM unnest(\(ids)::text[]) AS t(id) WHERE id::uuid::text = id")
             #expect(try parsed[0]["n"].int() == 500)
             // Later ids sort after earlier ones (to the millisecond).
-            let later = try await client.query("SELECT \(sql: OutboxStore.deliveryIdSQL) AS id FROM pg_sleep(0.01)")
+            let later = try await client.query("SELECT \(sql: DeliveryFanOut.deliveryIdSQL) AS id FROM pg_sleep(0.01)")
             #expect(try later[0]["id"].string() > ids.max()!)
         }
     }

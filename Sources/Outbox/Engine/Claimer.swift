@@ -8,6 +8,7 @@ import Push
 /// at a time, so one bad row goes DEAD with the reason and the others go on.
 struct Claimer: Sendable {
     let store: OutboxStore
+    let fanOut: DeliveryFanOut
     let configuration: DeliveryEngineConfiguration
     let metrics: PipelineMetrics
     let logger: Logger
@@ -61,10 +62,10 @@ struct Claimer: Sendable {
                         finished: inout [FinishedEvent]) async throws -> [EngineLoop.Claimed] {
         guard let token = valid.first?.claim.lease else { return [] }
         var groups: [EngineLoop.Claimed] = []
-        let requests = valid.map { OutboxStore.FanOutRequest(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId,
+        let requests = valid.map { DeliveryFanOut.Request(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId,
                                                                   attempts: $0.claim.attempts) }
         do {
-            let result = try await store.fanOut(requests, token: token, lease: configuration.lease)
+            let result = try await fanOut.deliveries(for: requests, token: token, lease: configuration.lease)
             skipped(result.skipped, of: valid)
             groups += self.groups(valid, result.deliveries, leaseDeadline: leaseDeadline)
         } catch let error as PostgresError where !error.isConnectionError && valid.count > 1 {
@@ -72,7 +73,7 @@ struct Claimer: Sendable {
                           metadata: ["error": "\(error)", "outbox.events": "\(valid.count)"])
             for (index, item) in valid.enumerated() {
                 do {
-                    let result = try await store.fanOut([requests[index]], token: token, lease: configuration.lease)
+                    let result = try await fanOut.deliveries(for: [requests[index]], token: token, lease: configuration.lease)
                     skipped(result.skipped, of: [item])
                     groups += self.groups([item], result.deliveries, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
