@@ -44,7 +44,7 @@ struct AppStoreBench {
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             try await db.query(#"""
                 INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status, "purchasedAt")
-                SELECT 'e-' || n, 'c-' || n, 'premium.monthly', (900000000000 + n)::text, (900000000000 + n)::text, 'Production', 'ACTIVE', now()
+                SELECT 'e-' || n, 'c-' || n, 'premium.monthly', (900000000000 + n)::text, (900000000000 + n)::text, 'Production', \#(literal: EntitlementStatus.active), now()
                 FROM generate_series(0, \#(count)::int - 1) AS n
                 """#)
             try await db.query(#"ANALYZE "CaregiverEntitlement""#)

@@ -40,7 +40,7 @@ struct EntitlementSchedulingTests {
             try await rig.db.query(#"""
                 INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status, "purchasedAt")
                 SELECT 'f-' || lpad(n::text, 3, '0'), 'c1', 'premium.monthly', '70' || lpad(n::text, 8, '0'), '70' || lpad(n::text, 8, '0'),
-                       'Production', 'ACTIVE', now()
+                       'Production', \#(literal: EntitlementStatus.active), now()
                 FROM generate_series(1, 300) AS n
                 """#)
             for n in 1...5 {
@@ -89,7 +89,7 @@ struct EntitlementSchedulingTests {
             try await rig.db.query(#"""
                 INSERT INTO "CaregiverEntitlement" (id, "caregiverId", "productId", "originalTransactionId", "transactionId", environment, status, "purchasedAt")
                 SELECT 'e-' || n, 'c1', 'premium.monthly', '71' || lpad(n::text, 8, '0'), '71' || lpad(n::text, 8, '0'),
-                       CASE WHEN n <= 60 THEN 'Production' ELSE 'Sandbox' END, 'ACTIVE', now()
+                       CASE WHEN n <= 60 THEN 'Production' ELSE 'Sandbox' END, \#(literal: EntitlementStatus.active), now()
                 FROM generate_series(1, 64) AS n
                 """#)
             let summary = try await rig.rechecker.runOnce()

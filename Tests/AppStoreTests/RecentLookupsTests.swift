@@ -51,7 +51,7 @@ struct RecentLookupsTests {
             _ = try await rig.rechecker.runOnce()
             #expect(statuses.last == .some(
                 "every recent App Store lookup failed (the last 6: untrusted_chain 6): refunds are not being applied"))
-            #expect(try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE status = 'ACTIVE'"#)[0]["n"].int() == 6)
+            #expect(try await db.query(#"SELECT count(*) AS n FROM "CaregiverEntitlement" WHERE status = \#(literal: EntitlementStatus.active)"#)[0]["n"].int() == 6)
         }
     }
 }

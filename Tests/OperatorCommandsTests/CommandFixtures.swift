@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import OperatorCommands
+import Outbox
 import Postgres
 import TestSupport
 import Testing
@@ -36,13 +37,13 @@ struct CommandRig {
         try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES (\#(patient), 'Hanako') ON CONFLICT DO NOTHING"#)
         let link = "link-\(patient)-\(caregiver)"
         try connection.query(#"""
-            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(link), \#(caregiver), \#(patient), 'ACTIVE') ON CONFLICT DO NOTHING
+            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(link), \#(caregiver), \#(patient), \#(literal: LinkStatus.active)) ON CONFLICT DO NOTHING
             """#)
         return try tokens.map { token in
             let id = "dev-" + UUID().uuidString.prefix(8).lowercased()
             try connection.query("""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt", "createdAt", "updatedAt")
-                VALUES (\(id), 'CAREGIVER', \(caregiver), \(token), 'ios', 'PROD', true, now() - interval '1 day', now(), now() - interval '1 day')
+                VALUES (\(id), \(literal: OwnerType.caregiver), \(caregiver), \(token), 'ios', 'PROD', true, now() - interval '1 day', now(), now() - interval '1 day')
                 """)
             return id
         }
@@ -54,7 +55,7 @@ struct CommandRig {
             INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "createdAt", status, "eventKey", "lastError", "processedAt", attempts)
             VALUES ('DOSE_TAKEN', \(patient), '{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00","recordingGroupId":"g"}',
                     now() - make_interval(secs => \(hoursAgo * 3600)::double precision), \(status), \(key), \(lastError),
-                    CASE WHEN \(status) = 'PENDING' THEN NULL ELSE now() - interval '10 minutes' END, 3)
+                    CASE WHEN \(status) = \(literal: OutboxStatus.pending) THEN NULL ELSE now() - interval '10 minutes' END, 3)
             RETURNING id
             """)[0]["id"].int())
     }
@@ -64,8 +65,8 @@ struct CommandRig {
     func delivery(_ id: String, key: String, device: String, status: String, lastError: String? = nil) throws -> String {
         try connection.query("""
             INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "createdAt", "lastError", "sentAt", "fcmMessageId")
-            VALUES (\(id), \(key), \(device), \(status), 1, now(), \(lastError), CASE WHEN \(status) = 'SENT' THEN now() END,
-                    CASE WHEN \(status) = 'SENT' THEN 'projects/p/messages/1' END)
+            VALUES (\(id), \(key), \(device), \(status), 1, now(), \(lastError), CASE WHEN \(status) = \(literal: DeliveryStatus.sent) THEN now() END,
+                    CASE WHEN \(status) = \(literal: DeliveryStatus.sent) THEN 'projects/p/messages/1' END)
             """)
         return id
     }

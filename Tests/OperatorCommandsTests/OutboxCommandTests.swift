@@ -268,7 +268,7 @@ struct OutboxCommandTests {
             let expired = try Int64(rig.connection.query("""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "createdAt", status)
                 VALUES ('DOSE_TAKEN', 'p1', '{"date":"2026-02-11","slot":"evening","withinTime":false,"isPrn":false,"takenAt":"2026-02-11T19:03:27+09:00"}',
-                        now() - interval '30 hours', 'EXPIRED')
+                        now() - interval '30 hours', \(literal: OutboxStatus.expired))
                 RETURNING id
                 """)[0]["id"].int())
             let byTime = try await rig.json("event", "doseTaken:p1:2026-02-11:evening:19:03")
@@ -280,7 +280,7 @@ struct OutboxCommandTests {
             // DEAD at claim for bad input: no key can be computed, and the text says why.
             let bad = try Int64(rig.connection.query("""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "lastError")
-                VALUES ('DOSE_TAKEN', 'p1', '{"slot":"brunch"}', 'DEAD', 'bad input') RETURNING id
+                VALUES ('DOSE_TAKEN', 'p1', '{"slot":"brunch"}', \(literal: OutboxStatus.dead), 'bad input') RETURNING id
                 """)[0]["id"].int())
             #expect(try await rig.run("event", "\(bad)").output.contains("  key:        (none: the payload is not a valid DOSE_TAKEN event)"))
             #expect(try await rig.json("event", "\(bad)").json["event"]?["computedEventKey"] == .null)

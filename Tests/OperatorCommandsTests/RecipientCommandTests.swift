@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import OperatorCommands
+import Outbox
 import Postgres
 import TestSupport
 import Testing
@@ -16,7 +17,7 @@ struct RecipientCommandTests {
             let devices = try rig.patient("pa", caregiver: "ca", tokens: ["phone-changed-hands-0001", "phone-of-a-only-00000001"])
             try rig.connection.query("""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-                VALUES ('b-row', 'CAREGIVER', 'cb', 'phone-changed-hands-0001', 'ios', 'PROD', false, now() - interval '10 minutes')
+                VALUES ('b-row', \(literal: OwnerType.caregiver), 'cb', 'phone-changed-hands-0001', 'ios', 'PROD', false, now() - interval '10 minutes')
                 """)
             let id = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g", patient: "pa")
             try rig.delivery("del-a", key: "doseTaken:g", device: devices[1], status: "SENT")
@@ -75,7 +76,7 @@ struct RecipientCommandTests {
             let handed = try rig.patient("p1", caregiver: "c3", tokens: ["token-handed-bbbbbbbbbbb"])
             try rig.patient("p9", caregiver: "c2", tokens: ["token-handed-bbbbbbbbbbb"])  // c2 registered c3's phone after c3
             try rig.connection.query(#"UPDATE "PushDevice" SET "lastSeenAt" = now() WHERE "ownerId" = 'c2'"#)
-            try rig.connection.query(#"UPDATE "CaregiverPatientLink" SET status = 'REVOKED' WHERE "caregiverId" = 'c1'"#)
+            try rig.connection.query(#"UPDATE "CaregiverPatientLink" SET status = \#(literal: LinkStatus.revoked) WHERE "caregiverId" = 'c1'"#)
             let id = try rig.event(status: "DONE", hoursAgo: 1, key: "doseTaken:g", patient: "p1")
             try rig.delivery("del-revoked", key: "doseTaken:g", device: devices[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")
             try rig.delivery("del-handed", key: "doseTaken:g", device: handed[0], status: "FAILED", lastError: "THIRD_PARTY_AUTH_ERROR")

@@ -1,5 +1,6 @@
 import Postgres
 @testable import OperatorCommands
+import Outbox
 import Testing
 import TestSupport
 
@@ -13,7 +14,7 @@ struct RoleGrantTests {
         try await TestDatabase.withMigratedDatabase { owner in
             let admin = try PostgresConnection(conninfo: owner)
             try admin.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
-            try admin.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'token-1')"#)
+            try admin.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', 'token-1')"#)
             try await LeastPrivilegeRole.with(owner: owner) { worker in
                 let role = try PostgresConnection(conninfo: worker)
                 func refused(_ statement: PostgresQuery) -> Bool {

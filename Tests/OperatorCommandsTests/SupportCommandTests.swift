@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import OperatorCommands
+import Outbox
 import Postgres
 import TestSupport
 import Testing
@@ -38,15 +39,15 @@ struct SupportCommandTests {
             try db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Mother'), ('p2', 'Father')"#)
             try db.query(#"""
                 INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES
-                    ('l1', 'c1', 'p1', 'ACTIVE'), ('l2', 'c1', 'p2', 'ACTIVE'), ('l3', 'c2', 'p1', 'REVOKED')
+                    ('l1', 'c1', 'p1', \#(literal: LinkStatus.active)), ('l2', 'c1', 'p2', \#(literal: LinkStatus.active)), ('l3', 'c2', 'p1', \#(literal: LinkStatus.revoked))
                 """#)
             try db.query(#"""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt", "createdAt", "updatedAt") VALUES
-                    ('phone-new', 'CAREGIVER', 'c1', 'tokenA-the-new-phone-secret-AAAAAA', true, now() - interval '1 hour', now() - interval '30 days', now() - interval '30 days'),
-                    ('phone-old', 'CAREGIVER', 'c1', 'tokenB-the-old-phone-secret-BBBBBB', true, now() - interval '10 days', now() - interval '60 days', now() - interval '60 days'),
-                    ('b-row', 'CAREGIVER', 'cb', 'tokenB-the-old-phone-secret-BBBBBB', true, now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'),
-                    ('tablet', 'CAREGIVER', 'c1', 'tokenC-the-tablet-secret-CCCCCCCCC', true, now() - interval '3 days', now() - interval '90 days', now() - interval '2 hours'),
-                    ('c2-phone', 'CAREGIVER', 'c2', 'tokenD-revoked-caregiver-DDDDDDDD', true, now() - interval '1 day', now() - interval '40 days', now() - interval '40 days')
+                    ('phone-new', \#(literal: OwnerType.caregiver), 'c1', 'tokenA-the-new-phone-secret-AAAAAA', true, now() - interval '1 hour', now() - interval '30 days', now() - interval '30 days'),
+                    ('phone-old', \#(literal: OwnerType.caregiver), 'c1', 'tokenB-the-old-phone-secret-BBBBBB', true, now() - interval '10 days', now() - interval '60 days', now() - interval '60 days'),
+                    ('b-row', \#(literal: OwnerType.caregiver), 'cb', 'tokenB-the-old-phone-secret-BBBBBB', true, now() - interval '2 hours', now() - interval '2 hours', now() - interval '2 hours'),
+                    ('tablet', \#(literal: OwnerType.caregiver), 'c1', 'tokenC-the-tablet-secret-CCCCCCCCC', true, now() - interval '3 days', now() - interval '90 days', now() - interval '2 hours'),
+                    ('c2-phone', \#(literal: OwnerType.caregiver), 'c2', 'tokenD-revoked-caregiver-DDDDDDDD', true, now() - interval '1 day', now() - interval '40 days', now() - interval '40 days')
                 """#)
             // The worker disabled the tablet five hours ago (witnessed); an operator restored it two hours ago.
             try db.query(#"""
@@ -58,7 +59,7 @@ struct SupportCommandTests {
                 try Int64(db.query("""
                     INSERT INTO "PushOutbox" ("eventType", "patientId", payload, "createdAt", status, "eventKey", "processedAt", attempts)
                     VALUES ('DOSE_TAKEN', \(patient), '{"date":"2026-02-11","slot":"morning","withinTime":true,"isPrn":false,"takenAt":"2026-02-11T08:03:27+09:00"}',
-                            now() - make_interval(secs => \(hoursAgo * 3600)::double precision), 'DONE', \(key),
+                            now() - make_interval(secs => \(hoursAgo * 3600)::double precision), \(literal: OutboxStatus.done), \(key),
                             now() - make_interval(secs => \(hoursAgo * 3600 - 5)::double precision), 1)
                     RETURNING id
                     """)[0]["id"].int())
@@ -68,10 +69,10 @@ struct SupportCommandTests {
             let older = try event("p1", "doseTaken:m0", hoursAgo: 30)
             try db.query(#"""
                 INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "sentAt", "fcmMessageId") VALUES
-                    ('del-m1', 'doseTaken:m1', 'phone-new', 'p1', 'SENT', 1, now() - interval '4 hours', now() - interval '4 hours', 'projects/p/messages/m1'),
-                    ('del-f1', 'doseTaken:f1', 'phone-new', 'p2', 'SENT', 1, now() - interval '1 hour', now() - interval '1 hour', 'projects/p/messages/f1'),
-                    ('del-f1-tablet', 'doseTaken:f1', 'tablet', 'p2', 'SENT', 1, now() - interval '1 hour', now() - interval '1 hour', 'projects/p/messages/f1t'),
-                    ('del-m0', 'doseTaken:m0', 'phone-new', 'p1', 'FAILED', 1, now() - interval '30 hours', NULL, NULL)
+                    ('del-m1', 'doseTaken:m1', 'phone-new', 'p1', \#(literal: DeliveryStatus.sent), 1, now() - interval '4 hours', now() - interval '4 hours', 'projects/p/messages/m1'),
+                    ('del-f1', 'doseTaken:f1', 'phone-new', 'p2', \#(literal: DeliveryStatus.sent), 1, now() - interval '1 hour', now() - interval '1 hour', 'projects/p/messages/f1'),
+                    ('del-f1-tablet', 'doseTaken:f1', 'tablet', 'p2', \#(literal: DeliveryStatus.sent), 1, now() - interval '1 hour', now() - interval '1 hour', 'projects/p/messages/f1t'),
+                    ('del-m0', 'doseTaken:m0', 'phone-new', 'p1', \#(literal: DeliveryStatus.failed), 1, now() - interval '30 hours', NULL, NULL)
                 """#)
             try db.query(#"UPDATE "PushDelivery" SET "lastError" = 'THIRD_PARTY_AUTH_ERROR: APNs certificate' WHERE id = 'del-m0'"#)
             try await LeastPrivilegeRole.with(owner: owner) { worker in
@@ -204,7 +205,7 @@ struct SupportCommandTests {
                 #expect(JSONValue.parse(json.output)?["error"]?["message"]?.stringValue?.contains(message) == true, "\(json.output)")
             }
             // A caregiver with a link and no phone is known: listed with no registrations.
-            try stack.rig.connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l9', 'c9', 'p1', 'ACTIVE')"#)
+            try stack.rig.connection.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l9', 'c9', 'p1', \#(literal: LinkStatus.active))"#)
             let none = try await stack.run("devices", "--owner", "c9")
             #expect(none.status == 0 && none.output == "caregiver c9: 0 registration(s)", "\(none.output)")
             #expect(try await stack.run("events", "--patient", "p1", "--caregiver", "c1").status == 64)

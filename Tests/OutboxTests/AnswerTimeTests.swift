@@ -46,13 +46,13 @@ struct AnswerTimeTests {
             let narrowest = narrowestAfterDoubling.withLock { $0 }
             #expect(narrowest < maximum, "the window after the doubling never went below \(maximum)")
             let rows = try db.connection.query(#"""
-                SELECT count(*) FILTER (WHERE status = 'SENT' AND attempts = 1) AS first, count(*) AS n FROM "PushDelivery"
+                SELECT count(*) FILTER (WHERE status = \#(literal: DeliveryStatus.sent) AND attempts = 1) AS first, count(*) AS n FROM "PushDelivery"
                 """#)[0]
             #expect(try rows["n"].int() == 3_000)
             #expect(try rows["first"].int() == 3_000)
             #expect(sender.pushes.count == 3_000)
             #expect(Set(sender.pushes.map { "\($0.eventKey) \($0.token)" }).count == 3_000)
-            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 150)
+            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == 150)
         }
     }
 }

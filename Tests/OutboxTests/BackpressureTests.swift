@@ -30,7 +30,7 @@ struct BackpressureTests {
     }
 
     static func sentRows(_ db: Fixtures) throws -> Int {
-        try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int()
+        try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int()
     }
 
     /// Both splits: every place on the wire, and the daemon's (half on the wire, so sends go on while the other

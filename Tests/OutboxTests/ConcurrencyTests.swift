@@ -26,7 +26,7 @@ struct ConcurrencyTests {
             for device in [d1, d2] {
                 try db.connection.query(#"""
                     INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, attempts, "leaseToken", "leaseExpiresAt")
-                    VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', \#(device), 'PENDING', 1, gen_random_uuid(), now() + interval '1 hour')
+                    VALUES (gen_random_uuid()::text, 'doseTaken:g-crash', \#(device), \#(literal: DeliveryStatus.pending), 1, gen_random_uuid(), now() + interval '1 hour')
                     """#)
             }
             let sender = FakeSender()
@@ -202,8 +202,8 @@ struct ConcurrencyTests {
             #expect(pushes.count == 2000)
             #expect(Set(pushes.map { "\($0.eventKey)|\($0.token)" }).count == 2000)
             let summary = try db.connection.query(#"""
-                SELECT (SELECT count(*) FROM "PushDelivery" WHERE status = 'SENT') AS sent,
-                       (SELECT count(*) FROM "PushOutbox" WHERE status = 'DONE') AS done
+                SELECT (SELECT count(*) FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)) AS sent,
+                       (SELECT count(*) FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)) AS done
                 """#)[0]
             #expect(try summary["sent"].int() == 2000)
             #expect(try summary["done"].int() == 1000)

@@ -19,7 +19,7 @@ import Timekeeping
 @Suite("Delivery engine: a disable needs a witness (emulator)", .blockingFixtures)
 struct DisableWitnessFleetTests {
     static func count(_ db: Fixtures, _ query: PostgresQuery) throws -> Int { try db.connection.query(query)[0]["n"].int() }
-    static func done(_ db: Fixtures) throws -> Int { try count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) }
+    static func done(_ db: Fixtures) throws -> Int { try count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#) }
     static func disabledTokens(_ db: Fixtures) throws -> [String] {
         try db.connection.query(#"SELECT token FROM "PushDevice" WHERE NOT "isEnabled" ORDER BY token"#).map { try $0["token"].string() }
     }
@@ -103,7 +103,7 @@ struct DisableWitnessFleetTests {
                 }
                 #expect(try Self.disabledTokens(db) == ["invalid-typo", "mismatch-other", "unregistered-old"])
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDeviceDisabled" WHERE witnessed"#) == 3)
-                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'PENDING'"#) == 0)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.pending)"#) == 0)
                 #expect(emulator.stats.distinctAccepted == 1)
                 #expect(!instances[0].heard.health.all.contains(where: Self.isPaused))
             }
@@ -208,7 +208,7 @@ struct DisableWitnessFleetTests {
                     }
                     try await Task.sleep(for: .seconds(15))
                     #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
-                    #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'FAILED'"#) == 0)
+                    #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.failed)"#) == 0)
                     #expect(try Self.done(db) == 1)
                     for instance in instances {
                         #expect(instance.heard.health.all.last.map(Self.pausedFor("NOT_FOUND")) == true)
@@ -229,7 +229,7 @@ struct DisableWitnessFleetTests {
                     try await eventually("every event is DONE", timeout: .seconds(60)) { try Self.done(db) == 8 }
                 }
                 #expect(try Self.disabledTokens(db).allSatisfy { $0.hasPrefix("unregistered-after-") })
-                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status <> 'SENT' AND "lastError" NOT LIKE 'UNREGISTERED%'"#) == 0)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status <> \#(literal: DeliveryStatus.sent) AND "lastError" NOT LIKE 'UNREGISTERED%'"#) == 0)
                 #expect(emulator.stats.duplicates == 0)
                 for instance in instances { #expect(instance.heard.health.last == .ok) }
             }
@@ -264,7 +264,7 @@ struct DisableWitnessFleetTests {
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDeviceDisabled""#) == disabled)
                 #expect(try Self.count(db, #"""
                     SELECT count(*) AS n FROM "PushDelivery" pd JOIN "PushDevice" d ON d.id = pd."pushDeviceId"
-                    WHERE pd.status = 'FAILED' AND d."isEnabled"
+                    WHERE pd.status = \#(literal: DeliveryStatus.failed) AND d."isEnabled"
                     """#) == 0)
             }
         }

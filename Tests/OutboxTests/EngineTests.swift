@@ -96,8 +96,8 @@ struct EngineTests {
 
             #expect(slow.pushes.count == 2)
             let counts = try db.connection.query(#"""
-                SELECT count(*) FILTER (WHERE status = 'DONE') AS done,
-                       count(*) FILTER (WHERE status = 'PENDING' AND "availableAt" <= now() AND attempts = 0
+                SELECT count(*) FILTER (WHERE status = \#(literal: OutboxStatus.done)) AS done,
+                       count(*) FILTER (WHERE status = \#(literal: OutboxStatus.pending) AND "availableAt" <= now() AND attempts = 0
                                         AND "leaseToken" IS NULL) AS released
                 FROM "PushOutbox"
                 """#)[0]

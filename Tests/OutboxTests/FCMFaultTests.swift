@@ -28,8 +28,8 @@ struct FCMFaultTests {
     static func expectNothingDisabledSettledOrFinished(_ db: Fixtures) throws {
         let during = try db.connection.query(#"""
             SELECT (SELECT count(*) FROM "PushDevice" WHERE NOT "isEnabled") AS disabled,
-                   (SELECT count(*) FROM "PushDelivery" WHERE status <> 'PENDING') AS settled,
-                   (SELECT count(*) FROM "PushOutbox" WHERE status <> 'PENDING') AS finished
+                   (SELECT count(*) FROM "PushDelivery" WHERE status <> \#(literal: DeliveryStatus.pending)) AS settled,
+                   (SELECT count(*) FROM "PushOutbox" WHERE status <> \#(literal: OutboxStatus.pending)) AS finished
             """#)[0]
         #expect(try during["disabled"].int() == 0)
         #expect(try during["settled"].int() == 0)
@@ -59,7 +59,7 @@ struct FCMFaultTests {
 
                 emulator.setProjectFault(nil)
                 try await eventually("all five events are DONE", timeout: .seconds(30)) {
-                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == 5
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
@@ -94,11 +94,11 @@ struct FCMFaultTests {
                 try await eventually("the ten events are fanned out", timeout: .seconds(30)) {
                     try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery""#)[0]["n"].int() == 10
                 }
-                try db.connection.query(#"UPDATE "CaregiverPatientLink" SET status = 'REVOKED'"#)
+                try db.connection.query(#"UPDATE "CaregiverPatientLink" SET status = \#(literal: LinkStatus.revoked)"#)
                 try await Task.sleep(for: .milliseconds(1500))  // every parked send is now older than maxParkedThroughPause
                 emulator.setProjectFault(nil)
                 try await eventually("all ten events are DONE", timeout: .seconds(30)) {
-                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 10
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == 10
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
@@ -135,7 +135,7 @@ struct FCMFaultTests {
 
                 emulator.refuseTokens(nil)
                 try await eventually("all five events are DONE", timeout: .seconds(60)) {
-                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 5
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == 5
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
@@ -168,7 +168,7 @@ struct FCMFaultTests {
                 // 10 in flight, up to 5 more before the pause opens, then one probe a second.
                 #expect(duringOutage <= 10 + 5 + 6, "requests during the outage: \(duringOutage)")
                 try await eventually("all 100 events are DONE", timeout: .seconds(60)) {
-                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == 100
+                    try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == 100
                 }
                 stop.request(grace: .seconds(5))
                 await running.value

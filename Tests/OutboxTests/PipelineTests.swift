@@ -140,7 +140,7 @@ struct PipelineTests {
             let (worker, _, _) = makeWorker(conninfo, sender: failing) { $0.maxAttempts = 3 }
             for _ in 0..<3 {
                 try await worker.drain()
-                try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE status = 'PENDING'"#)
+                try db.connection.query(#"UPDATE "PushOutbox" SET "availableAt" = now() WHERE status = \#(literal: OutboxStatus.pending)"#)
             }
             let dead = try db.eventStatus(id)
             #expect(dead.status == .dead)

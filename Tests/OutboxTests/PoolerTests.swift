@@ -23,7 +23,7 @@ struct PoolerTests {
             // Old history for retention to find.
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "eventKey")
-                SELECT 'DOSE_TAKEN', 'p1', '{}', 'DONE', now() - interval '30 days', 'old-' || g FROM generate_series(1, 40) g
+                SELECT 'DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.done), now() - interval '30 days', 'old-' || g FROM generate_series(1, 40) g
                 """#)
 
             let sender = FakeSender()
@@ -42,7 +42,7 @@ struct PoolerTests {
             let pushes = sender.pushes
             #expect(pushes.count == 600)
             #expect(Set(pushes.map { "\($0.eventKey)|\($0.token)" }).count == 600)
-            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int() == 600)
+            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int() == 600)
 
             // Both singletons: one instance runs while the other skips; the second runs once the first lets go.
             func pruner() -> Pruner {

@@ -20,9 +20,9 @@ struct RecipientsAgreementTests {
     static let change: [PostgresQuery] = [
         #"""
         INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-        VALUES ('stranger-phone', 'CAREGIVER', 'stranger', 'phone-handed', 'ios', 'PROD', true, now())
+        VALUES ('stranger-phone', \#(literal: OwnerType.caregiver), 'stranger', 'phone-handed', 'ios', 'PROD', true, now())
         """#,
-        #"UPDATE "CaregiverPatientLink" SET status = 'REVOKED' WHERE "caregiverId" IN ('c-revoked', 'c-both')"#,
+        #"UPDATE "CaregiverPatientLink" SET status = \#(literal: LinkStatus.revoked) WHERE "caregiverId" IN ('c-revoked', 'c-both')"#,
         #"UPDATE "PushDevice" SET "isEnabled" = false, "updatedAt" = now() WHERE id IN ('off', 'both')"#,
     ]
 
@@ -49,7 +49,7 @@ struct RecipientsAgreementTests {
             try RecipientsTests.device(db, owner: "stranger", token: "t-ok-2", id: "stranger-2", lastSeen: "1 minute")
             try db.connection.query(#"""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-                VALUES ('patients-own', 'PATIENT', 'c-ok', 't-patient', 'ios', 'PROD', true, now())
+                VALUES ('patients-own', \#(literal: OwnerType.patient), 'c-ok', 't-patient', 'ios', 'PROD', true, now())
                 """#)
             let expected: [(String, Recipients.Refusal?)] = [
                 ("ok", nil), ("off", .deviceDisabled), ("revoked", .linkNotActive), ("unlinked", .linkNotActive),

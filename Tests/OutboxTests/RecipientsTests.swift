@@ -13,7 +13,7 @@ struct RecipientsTests {
     static func device(_ db: Fixtures, owner: String, token: String, id: String, lastSeen ago: String, enabled: Bool = true) throws {
         try db.connection.query("""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES (\(id), 'CAREGIVER', \(owner), \(token), 'ios', 'PROD', \(enabled), now() - \(ago)::interval)
+            VALUES (\(id), \(literal: OwnerType.caregiver), \(owner), \(token), 'ios', 'PROD', \(enabled), now() - \(ago)::interval)
             """)
     }
 
@@ -154,7 +154,7 @@ struct RecipientsTests {
 
     /// The patient revoked the caregiver while the delivery waited for its retry (FCM was down).
     @Test func aLinkRevokedWhileADeliveryWaits_theRetryIsNotSent() async throws {
-        try await Self.expectRetryNotSent(after: #"UPDATE "CaregiverPatientLink" SET status = 'REVOKED' WHERE "caregiverId" = 'c1'"#,
+        try await Self.expectRetryNotSent(after: #"UPDATE "CaregiverPatientLink" SET status = \#(literal: LinkStatus.revoked) WHERE "caregiverId" = 'c1'"#,
                                           reason: EventFate.linkNotActiveBeforeSend)
     }
 
@@ -162,7 +162,7 @@ struct RecipientsTests {
     @Test func aTokenTakenOverWhileADeliveryWaits_theRetryIsNotSent() async throws {
         try await Self.expectRetryNotSent(after: #"""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES ('stranger-phone', 'CAREGIVER', 'stranger', 'phone', 'ios', 'PROD', true, now())
+            VALUES ('stranger-phone', \#(literal: OwnerType.caregiver), 'stranger', 'phone', 'ios', 'PROD', true, now())
             """#, reason: EventFate.tokenSupersededBeforeSend)
     }
 
@@ -194,7 +194,7 @@ struct RecipientsTests {
                 #expect(try row["attempts"].int() == 0)
                 #expect(try row["unsent"].bool() && row["lastError"].isNull && row["patientId"].isNull && row["unleased"].bool())
             }
-            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'PENDING'"#)[0]["n"].int() == 0)
+            #expect(try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.pending)"#)[0]["n"].int() == 0)
         }
     }
 }

@@ -22,18 +22,18 @@ struct RetentionTests {
             try db.device(owner: "c1", token: "t2", id: "d2")
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "eventKey", "createdAt") VALUES
-                ('DOSE_TAKEN', 'p1', '{}', 'DONE',    now() - interval '8 days', 'k-old-done', now() - interval '8 days'),
-                ('DOSE_TAKEN', 'p1', '{}', 'EXPIRED', now() - interval '8 days', 'k-old-exp', now() - interval '9 days'),
-                ('DOSE_TAKEN', 'p1', '{}', 'DONE',    now() - interval '6 days', 'k-new-done', now() - interval '6 days'),
-                ('DOSE_TAKEN', 'p1', '{}', 'DEAD',    now() - interval '60 days', 'k-dead', now() - interval '60 days'),
-                ('DOSE_TAKEN', 'p1', '{}', 'PENDING', NULL, 'k-pending', now() - interval '40 days')
+                ('DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.done),    now() - interval '8 days', 'k-old-done', now() - interval '8 days'),
+                ('DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.expired), now() - interval '8 days', 'k-old-exp', now() - interval '9 days'),
+                ('DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.done),    now() - interval '6 days', 'k-new-done', now() - interval '6 days'),
+                ('DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.dead),    now() - interval '60 days', 'k-dead', now() - interval '60 days'),
+                ('DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.pending), NULL, 'k-pending', now() - interval '40 days')
                 """#)
             try db.connection.query(#"""
                 INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", status, "createdAt") VALUES
-                ('old-sent', 'k-old-done', 'd1', 'SENT', now() - interval '31 days'),
-                ('old-of-pending', 'k-pending', 'd1', 'SENT', now() - interval '40 days'),
-                ('old-pending-of-pending', 'k-pending', 'd2', 'PENDING', now() - interval '40 days'),
-                ('new-sent', 'k-new-done', 'd1', 'SENT', now() - interval '29 days')
+                ('old-sent', 'k-old-done', 'd1', \#(literal: DeliveryStatus.sent), now() - interval '31 days'),
+                ('old-of-pending', 'k-pending', 'd1', \#(literal: DeliveryStatus.sent), now() - interval '40 days'),
+                ('old-pending-of-pending', 'k-pending', 'd2', \#(literal: DeliveryStatus.pending), now() - interval '40 days'),
+                ('new-sent', 'k-new-done', 'd1', \#(literal: DeliveryStatus.sent), now() - interval '29 days')
                 """#)
             let summary = try await pruner(conninfo).runOnce()
             #expect(summary.ranPass && summary.outboxDeleted == 2 && summary.deliveriesDeleted == 1)
@@ -76,7 +76,7 @@ struct RetentionTests {
             let empty = try timed { _ = try QueueGauges.compute(db.connection) }
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
-                SELECT 'DOSE_TAKEN', 'p', '{}', CASE WHEN g % 1000 = 0 THEN 'EXPIRED' WHEN g % 997 = 0 THEN 'DEAD' ELSE 'DONE' END,
+                SELECT 'DOSE_TAKEN', 'p', '{}', CASE WHEN g % 1000 = 0 THEN \#(literal: OutboxStatus.expired) WHEN g % 997 = 0 THEN \#(literal: OutboxStatus.dead) ELSE \#(literal: OutboxStatus.done) END,
                        now(), now() FROM generate_series(1, 1000000) g
                 """#)
             try db.connection.query(#"""
@@ -108,7 +108,7 @@ struct RetentionTests {
             let db = try Fixtures(conninfo)
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
-                SELECT 'DOSE_TAKEN', 'p', '{}', 'DONE', now(), now() FROM generate_series(1, 200000)
+                SELECT 'DOSE_TAKEN', 'p', '{}', \#(literal: OutboxStatus.done), now(), now() FROM generate_series(1, 200000)
                 """#)
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload) SELECT 'DOSE_TAKEN', 'p', '{}' FROM generate_series(1, 100)
@@ -133,7 +133,7 @@ struct RetentionTests {
             try db.connection.query(#"ALTER TABLE "PushOutbox" SET (autovacuum_enabled = off)"#)
             try db.connection.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "createdAt")
-                SELECT 'DOSE_TAKEN', 'p1', '{}', 'DONE', now(), now() FROM generate_series(1, 100000)
+                SELECT 'DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.done), now(), now() FROM generate_series(1, 100000)
                 """#)
             try db.connection.query(#"ANALYZE "PushOutbox""#)
             for _ in 0..<8 { _ = try db.enqueue(patient: "p1", payload: Fixtures.payload()) }

@@ -54,7 +54,7 @@ struct SchemaDriftTests {
                 try db.connection.query(statement)
             }
             try await eventually("every enqueued event is DONE", timeout: .seconds(60)) {
-                try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#)[0]["n"].int() == enqueued
+                try db.connection.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#)[0]["n"].int() == enqueued
             }
             stop.request(grace: .seconds(5))
             await running.value

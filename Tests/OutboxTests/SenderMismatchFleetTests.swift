@@ -34,7 +34,7 @@ struct SenderMismatchFleetTests {
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
                 try await eventually("the first event is DONE", timeout: .seconds(30)) {
-                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 1
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#) == 1
                 }
                 emulator.setProjectFault(.senderIdMismatch)
                 for group in 0..<2 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "g\(group)")) }
@@ -47,13 +47,13 @@ struct SenderMismatchFleetTests {
                 try await Task.sleep(for: .seconds(3))
                 #expect(health.all.last.map(Self.pausedForWrongKey) == true)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDevice" WHERE NOT "isEnabled""#) == 0)
-                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'FAILED'"#) == 0)
-                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 1)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.failed)"#) == 0)
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#) == 1)
                 #expect((emulator.stats.sendsByOutcome["project_sender_id_mismatch"] ?? 0) <= 20 + 5)
 
                 emulator.setProjectFault(nil)
                 try await eventually("every event is DONE", timeout: .seconds(60)) {
-                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 3
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#) == 3
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
@@ -81,7 +81,7 @@ struct SenderMismatchFleetTests {
                 let engine = FCMFaultTests.engine(conninfo, sender: sender, maxInFlight: 20, stop: stop)
                 let running = Task { await engine.run(until: stop) }
                 try await eventually("all three events are DONE", timeout: .seconds(30)) {
-                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DONE'"#) == 3
+                    try Self.count(db, #"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done)"#) == 3
                 }
                 stop.request(grace: .seconds(5))
                 await running.value
@@ -90,7 +90,7 @@ struct SenderMismatchFleetTests {
                 #expect(disabled == ["mismatch-stale"])
                 let good = try Self.count(db, #"""
                     SELECT count(*) AS n FROM "PushDelivery" d JOIN "PushDevice" v ON v.id = d."pushDeviceId"
-                    WHERE v.token LIKE 'good-%' AND d.status = 'SENT'
+                    WHERE v.token LIKE 'good-%' AND d.status = \#(literal: DeliveryStatus.sent)
                     """#)
                 #expect(good == 60)
                 let stale = try db.connection.query(#"""

@@ -16,10 +16,10 @@ struct StaleDevicesGaugeTests {
             let admin = try PostgresConnection(conninfo: owner)
             try admin.query(#"""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt") VALUES
-                    ('fresh', 'CAREGIVER', 'c1', 'token-fresh', true, now() - interval '10 days'),
-                    ('two-months', 'CAREGIVER', 'c1', 'token-61', true, now() - interval '61 days'),
-                    ('ten-months', 'CAREGIVER', 'c2', 'token-300', true, now() - interval '300 days'),
-                    ('off', 'CAREGIVER', 'c3', 'token-off', false, now() - interval '400 days')
+                    ('fresh', \#(literal: OwnerType.caregiver), 'c1', 'token-fresh', true, now() - interval '10 days'),
+                    ('two-months', \#(literal: OwnerType.caregiver), 'c1', 'token-61', true, now() - interval '61 days'),
+                    ('ten-months', \#(literal: OwnerType.caregiver), 'c2', 'token-300', true, now() - interval '300 days'),
+                    ('off', \#(literal: OwnerType.caregiver), 'c3', 'token-off', false, now() - interval '400 days')
                 """#)
             try await LeastPrivilegeRole.with(owner: owner) { worker in
                 let (metricsA, metricsB) = (MetricsRegistry(), MetricsRegistry())
