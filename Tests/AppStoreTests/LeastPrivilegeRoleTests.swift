@@ -2,9 +2,10 @@ import FCMEmulator
 import Foundation
 import HTTP
 import HTTPServer
+import Outbox
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// The daemon exactly as the operator guide says to run it: `migrate` as the owner, then `sql/roles.sql`, then
 /// `run`, `status` and `redrive` under `medication_worker`. Every loop must work under that role: delivery, dead
@@ -40,18 +41,18 @@ struct LeastPrivilegeRoleTests {
             let worker = owner + " user=medication_worker"
             let db = PostgresClient(conninfo: owner, maxConnections: 1)
             try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
-            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
             try await db.query(#"""
-                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'good-1'), ('d2', 'CAREGIVER', 'c1', 'unregistered-2')
+                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', 'good-1'), ('d2', \#(literal: OwnerType.caregiver), 'c1', 'unregistered-2')
                 """#)
             // History for retention, an entitlement for the sweep, a DEAD event for redrive.
             try await db.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "eventKey")
-                SELECT 'DOSE_TAKEN', 'p1', '{}', 'DONE', now() - interval '30 days', 'old-' || g FROM generate_series(1, 5) g
+                SELECT 'DOSE_TAKEN', 'p1', '{}', \#(literal: OutboxStatus.done), now() - interval '30 days', 'old-' || g FROM generate_series(1, 5) g
                 """#)
             try await db.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload, status, "processedAt", "lastError")
-                VALUES ('DOSE_TAKEN', 'p-none', '{"date":"2026-02-11"}', 'DEAD', now(), 'bad payload')
+                VALUES ('DOSE_TAKEN', 'p-none', '{"date":"2026-02-11"}', \#(literal: OutboxStatus.dead), now(), 'bad payload')
                 """#)
             try await EntitlementRecheckerTests.insert(db, id: "e1", transaction: "7100000001")
 
@@ -105,7 +106,7 @@ struct LeastPrivilegeRoleTests {
                 gauges = metrics.contains(#"push_outbox_events{status="DEAD"} 1"#)
                 swept = metrics.contains("entitlement_checks_total{")
                 let row = try await db.query(#"""
-                    SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = 'DONE' AND "eventKey" = 'doseTaken:g-role') AS done,
+                    SELECT (SELECT count(*) FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.done) AND "eventKey" = 'doseTaken:g-role') AS done,
                            (SELECT count(*) FROM "PushDevice" WHERE id = 'd2' AND NOT "isEnabled") AS disabled,
                            (SELECT count(*) FROM "PushOutbox" WHERE "eventKey" LIKE 'old-%') AS old,
                            (SELECT count(*) FROM "AppStoreNotificationCheckpoint") AS checkpoints
@@ -148,7 +149,7 @@ struct LeastPrivilegeRoleTests {
             #expect(resent.status == 0 && resent.output.contains("resent 1 delivery(ies)"), "resend: \(resent.output)")
             let redrive = try await Self.run(["redrive", "--all"], environment: environment)
             #expect(redrive.status == 0, "redrive: \(redrive.output)")
-            #expect(try await db.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = 'DEAD'"#)[0]["n"].int() == 0)
+            #expect(try await db.query(#"SELECT count(*) AS n FROM "PushOutbox" WHERE status = \#(literal: OutboxStatus.dead)"#)[0]["n"].int() == 0)
         }
     }
 }

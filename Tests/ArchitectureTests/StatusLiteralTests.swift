@@ -11,13 +11,9 @@ import Testing
     /// dependency for it, or the literal is the text under test (this file's detector cases among them).
     static let testsKeepingLiterals: Set = [
         "ArchitectureTests/StatusLiteralTests.swift",
-        "AppStoreTests/LeastPrivilegeRoleTests.swift",
         "PostgresTests/MigratorTests.swift",
         "PostgresTests/PostgresQueryTests.swift",
         "TestSupport/Fixtures.swift",
-        "WorkerAppTests/BudgetShareTests.swift",
-        "WorkerAppTests/DaemonTests.swift",
-        "WorkerAppTests/ProxyTests.swift",
     ]
 
     @Test func noStatusLiteralInSQL_outsideTheSchemaAndTheEnums() throws {

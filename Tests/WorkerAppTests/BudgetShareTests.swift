@@ -1,8 +1,9 @@
 import FCMEmulator
 import Foundation
+import Outbox
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// SPEC §3 "FCM's project quota": `FCM_MAX_SENDS_PER_SECOND` is the project's budget, and instances that start at the
 /// same moment (a fleet after a deploy or a reboot) never exceed it between them, before or after they see each other.
@@ -18,10 +19,10 @@ struct BudgetShareTests {
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             let devices = 10, events = 30
             try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', '山田花子')"#)
-            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
             try await db.query(#"""
                 INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token)
-                SELECT 'd' || k, 'CAREGIVER', 'c1', 'budget-token-' || k FROM generate_series(1, \#(devices)::int) k
+                SELECT 'd' || k, \#(literal: OwnerType.caregiver), 'c1', 'budget-token-' || k FROM generate_series(1, \#(devices)::int) k
                 """#)
             try await db.query(#"""
                 INSERT INTO "PushOutbox" ("eventType", "patientId", payload)
@@ -45,11 +46,11 @@ struct BudgetShareTests {
             func quota429s() -> Int { emulator.stats.sendsByOutcome["project_quota_exceeded"] ?? 0 }
             // Until every delivery is sent, or the first 429 (after which FCM's pause would hold sending for a minute).
             try await eventually("every delivery sent, or a 429", timeout: .seconds(90), every: .milliseconds(200)) {
-                let sent = try await db.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int()
+                let sent = try await db.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int()
                 return sent == devices * events || quota429s() > 0
             }
             #expect(quota429s() == 0, "answers 429: \(quota429s()); sends by outcome: \(emulator.stats.sendsByOutcome)")
-            let sent = try await db.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = 'SENT'"#)[0]["n"].int()
+            let sent = try await db.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int()
             #expect(sent == devices * events)
             // Both instances took part: each logged the share it took.
             #expect(first.log.contains("FCM send budget shared") && second.log.contains("FCM send budget shared"))

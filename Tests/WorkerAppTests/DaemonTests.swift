@@ -2,11 +2,12 @@ import FCMEmulator
 import Foundation
 import HTTP
 import HTTPServer
+import Outbox
 import Postgres
 import Schema
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 import TextSupport
 
 /// The real `medication-worker run` binary: sd_notify protocol, endpoints, log redaction, SIGTERM.
@@ -94,10 +95,10 @@ struct DaemonTests {
         let secretToken = "fcm-token-" + String(repeating: "S3CR3T", count: 20)
         let secretName = "秘密の患者名"
         try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', \#(secretName))"#)
-        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
         let unregistered = "unregistered-" + String(repeating: "D", count: 40)
         try await db.query(#"""
-            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', \#(secretToken)), ('d2', 'CAREGIVER', 'c1', \#(unregistered))
+            INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', \#(secretToken)), ('d2', \#(literal: OwnerType.caregiver), 'c1', \#(unregistered))
             """#)
         let rig = try Rig(databaseURL: conninfo)
         defer { rig.stop() }
@@ -107,7 +108,7 @@ struct DaemonTests {
 
         try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-daemon")))
         try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
-            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            try await db.query(#"SELECT bool_and(status = \#(literal: OutboxStatus.done)) AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == [secretToken])
 
@@ -217,13 +218,13 @@ struct DaemonTests {
         try Self.prepare(cluster.conninfo)
         let db = PostgresClient(conninfo: cluster.conninfo, maxConnections: 1)
         try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
-        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
-        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'late-token')"#)
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', 'late-token')"#)
         let ready = try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 30)
         #expect(ready.contains("READY=1"), "notifications: \(ready)")
         try await db.query(Fixtures.enqueueQuery(patient: "p1", payload: Fixtures.noonPayload(group: "g-late")))
         try await eventually("every event is DONE", timeout: .seconds(10), every: .milliseconds(100)) {
-            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            try await db.query(#"SELECT bool_and(status = \#(literal: OutboxStatus.done)) AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == ["late-token"])
         #expect(await rig.terminate() == 0)
@@ -356,11 +357,11 @@ struct DaemonTests {
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             let token = "unregistered-\u{1B}[2J" + String(repeating: "D", count: 40) + "\u{1B}]0;pwned\u{7}\r\u{1B}c"
             try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Hanako')"#)
-            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
             // A healthy device beside it: FCM's answers to it vouch that the project is sound, so the dead token is disabled.
             try await db.query(#"""
-                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d0', 'CAREGIVER', 'c1', 'fcm-token-healthy-0123456789'),
-                                                                                ('d1', 'CAREGIVER', 'c1', \#(token))
+                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d0', \#(literal: OwnerType.caregiver), 'c1', 'fcm-token-healthy-0123456789'),
+                                                                                ('d1', \#(literal: OwnerType.caregiver), 'c1', \#(token))
                 """#)
             let rig = try Rig(databaseURL: conninfo)
             defer { rig.stop() }
@@ -377,7 +378,7 @@ struct DaemonTests {
                 """#)[0]["id"].int())
             do {
                 try await eventually("both events are settled", timeout: .seconds(10), every: .milliseconds(100)) {
-                    try await db.query(#"SELECT count(*) FILTER (WHERE status IN ('DONE', 'DEAD')) = 2 AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+                    try await db.query(#"SELECT count(*) FILTER (WHERE status IN (\#(literal: OutboxStatus.done), \#(literal: OutboxStatus.dead))) = 2 AS ok FROM "PushOutbox""#)[0]["ok"].bool()
                 }
             } catch {
                 Issue.record("\(error); the daemon's log:\n\(Printable.lines(rig.log))")
@@ -408,8 +409,8 @@ struct DaemonTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = PostgresClient(conninfo: conninfo, maxConnections: 1)
             try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'name')"#)
-            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
-            try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 'flood-token')"#)
+            try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
+            try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', 'flood-token')"#)
             let rig = try Rig(databaseURL: conninfo, openFileLimit: 1024)
             defer { rig.stop() }
             #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains("READY=1"))

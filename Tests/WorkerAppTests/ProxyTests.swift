@@ -1,9 +1,10 @@
 import FCMEmulator
 import Foundation
 import HTTP
+import Outbox
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// An operator's egress proxy, as the daemon reads it from its environment (`HTTPS_PROXY`, `NO_PROXY`): the real
 /// binary, tinyproxy as the proxy, the emulator (OAuth and FCM over TLS) behind it.
@@ -13,8 +14,8 @@ struct ProxyTests {
 
     static func seed(_ db: PostgresClient) async throws {
         try await db.query(#"INSERT INTO "Patient" (id, "displayName") VALUES ('p1', 'Proxy')"#)
-        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', 'ACTIVE')"#)
-        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', \#(token))"#)
+        try await db.query(#"INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES ('l1', 'c1', 'p1', \#(literal: LinkStatus.active))"#)
+        try await db.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', \#(token))"#)
     }
 
     static func enqueue(_ db: PostgresClient) async throws {
@@ -32,7 +33,7 @@ struct ProxyTests {
         #expect(try await rig.notify.read(until: { $0.contains("READY=1") }, seconds: 20).contains { $0.contains("READY=1") })
         try await enqueue(db)
         try await eventually("the event is DONE", timeout: .seconds(15), every: .milliseconds(100)) {
-            try await db.query(#"SELECT bool_and(status = 'DONE') AS ok FROM "PushOutbox""#)[0]["ok"].bool()
+            try await db.query(#"SELECT bool_and(status = \#(literal: OutboxStatus.done)) AS ok FROM "PushOutbox""#)[0]["ok"].bool()
         }
         #expect(rig.emulator.receivedMessages.map(\.token) == [token])
         #expect(await rig.terminate() == 0)
@@ -107,7 +108,7 @@ struct ProxyTests {
                 return readyz.status == 503 && body.contains("CONNECT tunnel failed, response 401 (the proxy, from HTTPS_PROXY)")
             }
             try await eventually("the delivery waits for a token", timeout: .seconds(10), every: .milliseconds(200)) {
-                try await db.query(#"SELECT count(*) = 1 AS ok FROM "PushDelivery" WHERE status = 'PENDING' AND "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["ok"].bool()
+                try await db.query(#"SELECT count(*) = 1 AS ok FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.pending) AND "lastError" = 'OAUTH_TOKEN_UNAVAILABLE'"#)[0]["ok"].bool()
             }
             #expect(try await db.query(#"SELECT bool_and("isEnabled") AS ok FROM "PushDevice""#)[0]["ok"].bool())
             #expect(rig.emulator.receivedMessages.isEmpty)
