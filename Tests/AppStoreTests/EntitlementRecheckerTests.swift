@@ -94,7 +94,7 @@ struct EntitlementRecheckerTests {
             #expect(summary.ranPass && summary.revoked == 1)
             #expect(try await Self.row(rig.db, "e-refunded").status == .revoked)
             #expect(try await second.runOnce().ranPass)  // the first let go when its pass ended
-            #expect(try direct.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
+            #expect(try direct.query(TestDatabase.advisoryLocksHere)[0]["n"].int() == 0)
         }
     }
 

@@ -179,7 +179,7 @@ struct ConcurrencyTests {
             #expect(deliveries.map(\.token) == ["token-new"])
             let rows = try db.connection.query(#"SELECT "pushDeviceId", status, "lastError" FROM "PushDelivery""#)
             let oldRow = try rows.first { try $0["pushDeviceId"].string() == old }
-            #expect(try oldRow?["status"].string() == "FAILED")
+            #expect(try oldRow?["status"].decode(DeliveryStatus.self) == .failed)
             // The reason `EventFate.notSent` gives a disabled device, as the fan-out statement wrote it.
             #expect(oldRow?["lastError"].optionalString() == EventFate.notSent(.deviceDisabled))
         }

@@ -137,7 +137,7 @@ struct EngineTests {
             let delivery = try db.connection.query(#"""
                 SELECT status, "leaseExpiresAt" > now() AS leased FROM "PushDelivery"
                 """#)[0]
-            #expect(try delivery["status"].string() == "PENDING")
+            #expect(try delivery["status"].decode(DeliveryStatus.self) == .pending)
             #expect(try delivery["leased"].bool())
         }
     }

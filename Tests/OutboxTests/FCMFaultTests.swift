@@ -106,7 +106,7 @@ struct FCMFaultTests {
                 let deliveries = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)
                 #expect(deliveries.count == 10)
                 for row in deliveries {
-                    #expect(try row["status"].string() == "FAILED")
+                    #expect(try row["status"].decode(DeliveryStatus.self) == .failed)
                     #expect(row["lastError"].optionalString() == EventFate.linkNotActiveBeforeSend)
                 }
             }

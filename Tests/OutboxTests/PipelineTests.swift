@@ -110,7 +110,7 @@ struct PipelineTests {
                 SELECT status, attempts, "lastError", extract(epoch FROM "availableAt" - now())::float8 AS wait,
                        "leaseToken" IS NULL AS released FROM "PushOutbox" WHERE id = \#(id)
                 """#)[0]
-            #expect(try row["status"].string() == "PENDING")
+            #expect(try row["status"].decode(OutboxStatus.self) == .pending)
             #expect(try row["attempts"].int() == 1)
             #expect(row["lastError"].optionalString() == "UNAVAILABLE")
             #expect(try row["wait"].double() >= 100)  // Retry-After (120 s), not the 2 s backoff; slack for a loaded machine

@@ -63,7 +63,7 @@ struct PoolerTests {
             #expect(try await gaugesB.refresh().events[.pending] == 0)
 
             // Nothing is left on PgBouncer's server connections: no advisory lock, no session setting.
-            #expect(try db.connection.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
+            #expect(try db.connection.query(TestDatabase.advisoryLocksHere)[0]["n"].int() == 0)
             let plain = PostgresClient(conninfo: pooled, maxConnections: 4)
             for _ in 0..<20 {
                 let row = try await plain.query("SELECT current_setting('synchronous_commit') AS sc, current_setting('statement_timeout') AS st, current_setting('lock_timeout') AS lt")[0]
@@ -83,7 +83,7 @@ struct PoolerTests {
             let indexes = Migrations.all.flatMap(\.concurrentIndexes).map(\.name)
             let valid = try direct.query("SELECT count(*) AS n FROM pg_index WHERE indisvalid AND indexrelid::regclass::text = ANY(\(indexes.map { "\"\($0)\"" }))")[0]["n"].int()
             #expect(valid == indexes.count)
-            #expect(try direct.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")[0]["n"].int() == 0)
+            #expect(try direct.query(TestDatabase.advisoryLocksHere)[0]["n"].int() == 0)
             #expect(try Migrator.migrate(pooled).applied.isEmpty)
         }
     }

@@ -124,7 +124,7 @@ struct RecipientsAgreementTests {
             guard try row["key"].string() == "doseTaken:waiting" else { continue }
             let reason = row["lastError"].optionalString() ?? "-"
             let refusal = [Recipients.Refusal.deviceDisabled, .linkNotActive, .tokenSuperseded].first { EventFate.notSent($0) == reason }
-            verdicts["retry", default: [:]][try row["device"].string()] = try row["status"].string() == "SENT" ? verdict(nil) : refusal?.rawValue ?? reason
+            verdicts["retry", default: [:]][try row["device"].string()] = try row["status"].decode(DeliveryStatus.self) == .sent ? verdict(nil) : refusal?.rawValue ?? reason
         }
         let resend = await run(conninfo, "resend", "--event", "\(failed)", "--dry-run")
         for id in resend?["resent"]?.arrayValue?.compactMap(\.stringValue) ?? [] { verdicts["resend", default: [:]][devices[id] ?? id] = verdict(nil) }

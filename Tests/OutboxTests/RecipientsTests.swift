@@ -147,7 +147,7 @@ struct RecipientsTests {
             #expect(sender.pushes.isEmpty)
             #expect(try db.eventStatus(id).status == .done)
             let row = try db.connection.query(#"SELECT status, "lastError" FROM "PushDelivery""#)[0]
-            #expect(try row["status"].string() == "FAILED")
+            #expect(try row["status"].decode(DeliveryStatus.self) == .failed)
             #expect(row["lastError"].optionalString() == reason)
         }
     }
@@ -190,7 +190,7 @@ struct RecipientsTests {
                 FROM "PushDelivery" WHERE id LIKE 'inline-%' ORDER BY id
                 """#)
             for row in inline {
-                #expect(try row["status"].string() == "SENT")
+                #expect(try row["status"].decode(DeliveryStatus.self) == .sent)
                 #expect(try row["attempts"].int() == 0)
                 #expect(try row["unsent"].bool() && row["lastError"].isNull && row["patientId"].isNull && row["unleased"].bool())
             }

@@ -98,7 +98,7 @@ struct SenderMismatchFleetTests {
                     WHERE v.token = 'mismatch-stale'
                     """#)
                 #expect(!stale.isEmpty)
-                #expect(try stale.allSatisfy { try $0["status"].string() == "FAILED" })
+                #expect(try stale.allSatisfy { try $0["status"].decode(DeliveryStatus.self) == .failed })
                 #expect(emulator.stats.distinctAccepted == 60)
                 #expect(!health.all.contains { if case .paused = $0 { true } else { false } })
             }

@@ -6,6 +6,13 @@ import Schema
 /// `TEST_DATABASE_URL` (scripts/test sets it); each test gets a fresh database, dropped on
 /// every exit path.
 public enum TestDatabase {
+    /// Advisory locks held in the current database, as column `n`: the tests beside this one share the server, and
+    /// their migrations take advisory locks in their own databases.
+    public static let advisoryLocksHere: PostgresQuery = """
+        SELECT count(*) AS n FROM pg_locks
+        WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        """
+
     /// The admin conninfo, or a failure that says how to provide it.
     public static func adminConninfo() throws -> String {
         guard let url = ProcessInfo.processInfo.environment["TEST_DATABASE_URL"], !url.isEmpty else {

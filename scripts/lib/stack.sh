@@ -98,6 +98,12 @@ SQL
 # count too). A process that exits while /proc is read is skipped (its CPU is in its parent's reaped-children time from
 # then on); read only once the processes a phase started are gone (pg_backends_settled), or one may count 0 or 2 times.
 comm_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v comm="($1)" '$2 == comm {sum += $14 + $15 + $16 + $17} END {print sum + 0}'; }
+# pg_clusters_running: how many PostgreSQL postmasters run on this machine (postgres processes whose parent is not
+# one). comm_ticks counts them all, so a PostgreSQL figure read while another cluster (a test suite's) started or
+# stopped is void: bench/run warns.
+pg_clusters_running() {
+  { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {pg[$1] = $4} END {n = 0; for (p in pg) if (!(pg[p] in pg)) n++; print n}'
+}
 # comm_pids NAME: the PIDs of the processes named NAME, one per line.
 comm_pids() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v comm="($1)" '$2 == comm {print $1}'; }
 # pg_backends_settled BEFORE: after a client such as pgbench disconnects, waits (at most 5 s) until every postgres
