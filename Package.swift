@@ -72,11 +72,11 @@ let package = Package(
         .executableTarget(name: "outbox-bench", dependencies: ["OutboxBench"]),
 
         // Tests.
-        .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Postgres", "Schema", "Outbox", "Logging", "FCMEmulator", "HTTPServer"], path: "Tests/TestSupport"),
         // docs/architecture.md's module floors, checked against this file and the sources' imports.
         .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Schema", "TestSupport"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Schema", "Outbox", "TestSupport"]),
         .testTarget(name: "WorkerConfigTests", dependencies: ["Push", "WorkerConfig", "WorkerApp", "TestSupport"]),
         .testTarget(name: "FCMTests", dependencies: ["Push", "FCM", "FCMEmulator", "HTTP", "HTTPServer", "Crypto", "JSON", "Logging", "Metrics", "CCurl", "TestSupport"]),
         .testTarget(name: "AppStoreTests", dependencies: ["Push", "AppStore", "OperatorCommands", "Outbox", "Lifecycle", "HTTP", "HTTPServer", "Crypto", "Postgres", "WorkerApp", "FCMEmulator", "Logging", "Metrics", "WorkerConfig", "TestSupport"]),

@@ -45,7 +45,7 @@ struct PipelineTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1", status: "REVOKED")
+            try db.link(caregiver: "c1", patient: "p1", status: .revoked)
             try db.device(owner: "c1", token: "token-a")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let sender = FakeSender()

@@ -32,10 +32,10 @@ struct RecipientsAgreementTests {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let db = try Fixtures(conninfo)
             try db.patient("p1")
-            for (caregiver, status) in [("c-ok", "ACTIVE"), ("c-revoked", "REVOKED"), ("c-both", "REVOKED")] {
+            for (caregiver, status) in [("c-ok", LinkStatus.active), ("c-revoked", .revoked), ("c-both", .revoked)] {
                 try db.link(caregiver: caregiver, patient: "p1", status: status)
             }
-            try db.link(caregiver: "c-twice", patient: "p1", status: "REVOKED")
+            try db.link(caregiver: "c-twice", patient: "p1", status: .revoked)
             try db.link(caregiver: "c-twice", patient: "p1")  // one ACTIVE link of several is enough
             try RecipientsTests.device(db, owner: "c-ok", token: "t-ok", id: "ok", lastSeen: "1 day")
             try RecipientsTests.device(db, owner: "c-ok", token: "t-off", id: "off", lastSeen: "1 day", enabled: false)

@@ -1,9 +1,10 @@
 import Foundation
+import Outbox
 import Postgres
 import Schema
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Migrations", .blockingFixtures)
 struct MigratorTests {
@@ -54,7 +55,7 @@ struct MigratorTests {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let setup = try PostgresConnection(conninfo: conninfo)
             try TestDatabase.createAPITables(setup)
-            try setup.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', 'CAREGIVER', 'c1', 't1')"#)
+            try setup.query(#"INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token) VALUES ('d1', \#(literal: OwnerType.caregiver), 'c1', 't1')"#)
             try setup.query(#"""
                 INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "createdAt")
                 SELECT 'old-' || g, 'k-' || g, 'd1', now() - g * interval '1 second' FROM generate_series(1, 1000000) g

@@ -1,4 +1,5 @@
 import Foundation
+import Outbox
 import Postgres
 
 /// The one seeding factory of the database tests: the API's tables (a patient, a link, a device) and events enqueued
@@ -12,9 +13,9 @@ public struct Fixtures {
         try connection.query(#"INSERT INTO "Patient" (id, "displayName") VALUES (\#(id), \#(name))"#)
     }
 
-    public func link(caregiver: String, patient: String, status: String = "ACTIVE") throws {
+    public func link(caregiver: String, patient: String, status: LinkStatus = .active) throws {
         try connection.query(#"""
-            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(UUID().uuidString), \#(caregiver), \#(patient), \#(status))
+            INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status) VALUES (\#(UUID().uuidString), \#(caregiver), \#(patient), \#(literal: status))
             """#)
     }
 
@@ -22,7 +23,7 @@ public struct Fixtures {
     public func device(owner: String, token: String, enabled: Bool = true, id: String = UUID().uuidString) throws -> String {
         try connection.query("""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, platform, environment, "isEnabled", "lastSeenAt")
-            VALUES (\(id), 'CAREGIVER', \(owner), \(token), 'ios', 'PROD', \(enabled), now() - interval '1 day')
+            VALUES (\(id), \(literal: OwnerType.caregiver), \(owner), \(token), 'ios', 'PROD', \(enabled), now() - interval '1 day')
             """)
         return id
     }
@@ -57,11 +58,11 @@ public struct Fixtures {
         try connection.query(#"INSERT INTO "Patient" (id, "displayName") SELECT 'p' || g, 'name' || g FROM generate_series(1, \#(patients)::int) g"#)
         try connection.query(#"""
             INSERT INTO "CaregiverPatientLink" (id, "caregiverId", "patientId", status)
-            SELECT 'l' || g, 'c' || g, 'p' || g, 'ACTIVE' FROM generate_series(1, \#(patients)::int) g
+            SELECT 'l' || g, 'c' || g, 'p' || g, \#(literal: LinkStatus.active) FROM generate_series(1, \#(patients)::int) g
             """#)
         try connection.query(#"""
             INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt")
-            SELECT 'd' || g || '-' || k, 'CAREGIVER', 'c' || g, 'tok-' || g || '-' || k, true, now()
+            SELECT 'd' || g || '-' || k, \#(literal: OwnerType.caregiver), 'c' || g, 'tok-' || g || '-' || k, true, now()
             FROM generate_series(1, \#(patients)::int) g, generate_series(1, \#(devices)::int) k
             """#)
         try connection.query(#"""
