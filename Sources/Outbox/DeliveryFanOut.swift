@@ -7,12 +7,8 @@ import Timekeeping
 /// it needs the claimed event's parsed payload.
 package struct DeliveryFanOut: Sendable {
     let client: PostgresClient
+    /// The store's (`OutboxStore.settings`): one plan policy for the pipeline's statements.
     let settings: PipelineSettings
-
-    init(client: PostgresClient) {
-        self.client = client
-        settings = PipelineSettings(client)
-    }
 
     /// The whole fan-out in one statement (one round trip, each delivery row written once before its result). An event
     /// is its (patient, key): events that share a key never share a send. `linked` finds each event's caregiver devices

@@ -79,7 +79,7 @@ struct ConcurrencyTests {
         let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
         let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
         let lease = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))[0].lease
-        let deliveries = try await DeliveryFanOut(client: store.client)
+        let deliveries = try await DeliveryFanOut(client: store.client, settings: store.settings)
             .deliveries(for: [.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1")], token: lease, lease: .seconds(60)).deliveries
         return (db, store, id, lease, deliveries)
     }
@@ -142,7 +142,7 @@ struct ConcurrencyTests {
             // With its rows in place (written in an earlier flush), the same settlement is DONE.
             let other = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "group-2"))
             let second = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60)).first { $0.id == other }!
-            let sent = try await DeliveryFanOut(client: store.client)
+            let sent = try await DeliveryFanOut(client: store.client, settings: store.settings)
                 .deliveries(for: [.init(id: other, eventKey: "doseTaken:group-2", patientId: "p1")], token: second.lease, lease: .seconds(60)).deliveries
             _ = try await store.complete(.init(deliveries: sent.map { Self.sent($0, "m") }),
                                          maxAttempts: 10)
@@ -163,7 +163,7 @@ struct ConcurrencyTests {
             let old = try db.device(owner: "c1", token: "token-old")
             let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
             let store = OutboxStore(client: PostgresClient(conninfo: conninfo))
-            let fanOut = DeliveryFanOut(client: store.client)
+            let fanOut = DeliveryFanOut(client: store.client, settings: store.settings)
             let first = try await store.claim(limit: 10, workerId: "a", lease: .seconds(60))
             _ = try await fanOut.deliveries(for: [.init(id: id, eventKey: "doseTaken:group-1", patientId: "p1", attempts: first[0].attempts)],
                                             token: first[0].lease, lease: .seconds(60))

@@ -89,8 +89,8 @@ public final class DeliveryEngine: Service {
         let machine = Self.machine(for: configuration)
         let engine = EngineLoop(machine: machine, sender: sender, writer: writer, stop: stop, margin: configuration.lease / 3,
                                 unwrittenGauge: metrics.unwritten, windowGauge: metrics.window, onProgress: onProgress)
-        let claimer = Claimer(store: store, fanOut: DeliveryFanOut(client: store.client), configuration: configuration, metrics: metrics,
-                              logger: logger)
+        let fanOut = DeliveryFanOut(client: store.client, settings: store.settings)
+        let claimer = Claimer(store: store, fanOut: fanOut, configuration: configuration, metrics: metrics, logger: logger)
         let heartbeat = LeaseHeartbeat(store: store, engine: engine, turn: turn, configuration: configuration, logger: logger)
         // The heartbeat keeps leases until the writer has written the last outcome, so it stops after the writer.
         let heartbeatStop = StopSignal()
