@@ -22,16 +22,9 @@ actor EngineLoop {
         var sends: [EngineStateMachine.ClaimedSend]
     }
 
-    /// FCM's answer to one send: when the send started, and how long after that the answer came.
-    private struct Answer {
-        var send: PendingSend
-        var outcome: SendOutcome
-        var started: ContinuousClock.Instant
-        var answerTime: Duration
-    }
-
     private struct Mailbox {
-        var answers: [Answer] = []
+        /// Each answer with how long after its send started it came.
+        var answers: [(PendingSend, SendOutcome, Duration)] = []
         /// A drain of the mailbox is queued on the loop.
         var scheduled = false
     }
@@ -88,12 +81,11 @@ actor EngineLoop {
         startQueuedSends()
     }
 
-    /// FCM answered a send that started at `started` (any thread, possibly before `sender.start` returned): into the
-    /// mailbox.
-    nonisolated func answered(_ send: PendingSend, _ outcome: SendOutcome, started: ContinuousClock.Instant) {
-        let answer = Answer(send: send, outcome: outcome, started: started, answerTime: .now - started)
+    /// FCM answered a send `answerTime` after it started (any thread, possibly before `sender.start` returned): into
+    /// the mailbox.
+    nonisolated func answered(_ send: PendingSend, _ outcome: SendOutcome, after answerTime: Duration) {
         let schedule = mailbox.withLock { mailbox -> Bool in
-            mailbox.answers.append(answer)
+            mailbox.answers.append((send, outcome, answerTime))
             defer { mailbox.scheduled = true }
             return !mailbox.scheduled
         }
@@ -173,7 +165,7 @@ actor EngineLoop {
 
     private func drainMailbox() {
         while true {
-            let answers = mailbox.withLock { mailbox -> [Answer] in
+            let answers = mailbox.withLock { mailbox -> [(PendingSend, SendOutcome, Duration)] in
                 if mailbox.answers.isEmpty { mailbox.scheduled = false }
                 defer { mailbox.answers.removeAll(keepingCapacity: true) }
                 return mailbox.answers
@@ -186,13 +178,12 @@ actor EngineLoop {
             // Read before the batch frees its slots: after its first answer the window is never full until the queued
             // sends start again (below), so a reading taken at each answer would almost never see sends waiting.
             let waiting = machine.isWindowFull
-            for answer in answers {
-                if case .notSent = answer.outcome {} else if let limit = window.answered(
-                    started: answer.started, after: answer.answerTime, at: now, waiting: waiting) {
+            for (send, outcome, answerTime) in answers {
+                if case .notSent = outcome {} else if let limit = window.answered(after: answerTime, at: now, waiting: waiting) {
                     machine.setWindow(limit)
                     windowGauge?.set(Double(limit))
                 }
-                actions += machine.answered(answer.send, answer.outcome, at: answeredAt, abandoning: abandoning)
+                actions += machine.answered(send, outcome, at: answeredAt, abandoning: abandoning)
             }
             perform(actions)
             onProgress()
@@ -214,7 +205,7 @@ actor EngineLoop {
         if actions.contains(where: { if case .send = $0 { false } else { true } }) { writer.accept(actions, starved: machine.isStarved) }
         for case .send(let send) in actions {
             let started = ContinuousClock.now
-            sender.start(send.push) { [self] outcome in answered(send, outcome, started: started) }
+            sender.start(send.push) { [self] outcome in answered(send, outcome, after: .now - started) }
         }
     }
 

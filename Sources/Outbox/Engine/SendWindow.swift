@@ -6,12 +6,9 @@
 /// least 10 ms), the extra is queueing (in FCM, on the path, or in this process) and the window shrinks by a quarter;
 /// when it is not, and sends were waiting for the window, it grows by an eighth. The mean of half a window's answers,
 /// not a running average of the last few: a handful of slow answers harvested together (a busy moment on this machine)
-/// is not a server asking for less. Only sends begun under the window now are judged: one begun before a change
-/// answers for the old window (a shrink judged on the answers still coming from the wider window shrank again, and
-/// again, each time by a quarter: at a 20 ms FCM the window swung between 28 and 414 and the drain ran at 6,400–9,200/s,
-/// slower than at 50 ms). A rising answer time is FCM asking for less, and is heard as such; a steady one, however
-/// long, keeps the window as wide as the work needs. (The shape of TCP Vegas, which judges once a round trip, and of
-/// Netflix's Gradient limiter, without their smoothing constants to tune.)
+/// is not a server asking for less. A rising answer time is FCM asking for less, and is heard as such; a steady one,
+/// however long, keeps the window as wide as the work needs. (The shape of TCP Vegas and of Netflix's Gradient
+/// limiter, without their smoothing constants to tune.)
 ///
 /// A value: `EngineLoop` owns it, feeds it each answer's time and applies the window to the machine.
 struct SendWindow: Sendable {
@@ -27,8 +24,6 @@ struct SendWindow: Sendable {
     /// and the first burst, which say nothing about FCM. Measured at a 50 ms answer time: their mean was 108 ms against
     /// 55 ms after, and judging them cost the drain its first second at half the window.
     private var warmingUp = true
-    /// When the window last changed: answers to sends begun before it are not judged.
-    private var changedAt: ContinuousClock.Instant?
     /// The answers since the window was last judged, and their total answer time.
     private var answersSinceJudged = 0
     private var answerTimeSinceJudged: Duration = .zero
@@ -45,17 +40,15 @@ struct SendWindow: Sendable {
     /// The fastest answer time seen lately.
     var baseline: Duration { min(fastest.current, fastest.previous) }
 
-    /// An answer came `answerTime` after its send `started`; `now` is when the engine reads it. `waiting`: sends were
-    /// queued behind the window. Returns the new window when it changed.
-    mutating func answered(started: ContinuousClock.Instant, after answerTime: Duration, at now: ContinuousClock.Instant,
-                           waiting: Bool) -> Int? {
+    /// An answer came `answerTime` after its send started. `waiting`: sends were queued behind the window. Returns the
+    /// new window when it changed.
+    mutating func answered(after answerTime: Duration, at now: ContinuousClock.Instant, waiting: Bool) -> Int? {
         if let start = periodStart, now - start < Self.period {
             fastest.current = min(fastest.current, answerTime)
         } else {
             fastest = (answerTime, periodStart == nil ? answerTime : fastest.current)
             periodStart = now
         }
-        if let changedAt, started < changedAt { return nil }
         answersSinceJudged += 1
         answerTimeSinceJudged += answerTime
         if warmingUp {
@@ -76,8 +69,6 @@ struct SendWindow: Sendable {
         } else if waiting {
             limit = min(maximum, limit + max(1, limit / 8))
         }
-        guard limit != before else { return nil }
-        changedAt = now
-        return limit
+        return limit == before ? nil : limit
     }
 }
