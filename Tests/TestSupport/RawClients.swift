@@ -73,6 +73,13 @@ public enum RawClients {
                 if count > 0 { outcome.sent += count } else if errno == EPIPE || errno == ECONNRESET { outcome.closedByServer = true }
             }
         }
+        // A server that answers and closes while the body is still arriving makes its kernel reset the connection, and
+        // the send above can see the reset before the poll sees the answer. The answer is still queued here: read it.
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            guard count > 0 else { break }
+            received += buffer[..<count]
+        }
         outcome.answer = String(decoding: received, as: UTF8.self)
         return outcome
     }
