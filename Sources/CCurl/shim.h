@@ -151,3 +151,7 @@ static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
     }
     return count;
 }
+
+/* glibc's memfd_create(2): <sys/mman.h> declares it only under _GNU_SOURCE, which Swift's Glibc module is built
+   without. MFD_CLOEXEC is 1. */
+extern int memfd_create(const char *name, unsigned int flags);

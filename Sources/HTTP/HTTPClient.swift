@@ -27,7 +27,8 @@ public final class HTTPClient: Sendable {
     /// What the TLS context callback keeps for this client (libcurl's new-session callback, the handshakes counted).
     private let tls: TLSState
     /// A combined CA file (system bundle + `caFile`), written once; curl reads it by path.
-    private let caBundlePath: String?
+    /// The system's CAs plus `configuration.caFile`'s, when one is set.
+    private let caBundle: CABundle?
     private let state = Mutex(State())
     /// The driver thread, until `shutdown` joins it.
     private let driverThread = Mutex<OSThread.Joinable?>(nil)
@@ -56,25 +57,7 @@ public final class HTTPClient: Sendable {
     public init(configuration: HTTPClientConfiguration = .init()) throws(HTTPError) {
         _ = curlGlobalInit
         self.configuration = configuration
-        if let caFile = configuration.caFile {
-            // CAINFO would *replace* the system store; trust both by handing curl one combined bundle.
-            let extra: [UInt8]
-            switch BoundedFile.read(caFile, limit: HTTPClientConfiguration.maxCAFileBytes) {
-            case .success(let bytes): extra = bytes
-            case .failure(let failure):
-                throw HTTPError(.invalidRequest, "CA file \(failure.problem(caFile, typical: HTTPClientConfiguration.typicalCAFileSize))")
-            }
-            let system = FileManager.default.contents(atPath: "/etc/ssl/certs/ca-certificates.crt") ?? Data()
-            let directory = ProcessInfo.processInfo.environment["TMPDIR"].map { $0.hasSuffix("/") ? $0 : $0 + "/" } ?? "/tmp/"
-            let path = directory + "medication-worker-ca-\(getpid())-\(UUID().uuidString.prefix(8)).pem"
-            guard FileManager.default.createFile(atPath: path, contents: system + Data("\n".utf8) + Data(extra),
-                                                 attributes: [.posixPermissions: 0o600]) else {
-                throw HTTPError(.invalidRequest, "cannot write the combined CA bundle to \(path)")
-            }
-            caBundlePath = path
-        } else {
-            caBundlePath = nil
-        }
+        caBundle = try configuration.caFile.map { caFile throws(HTTPError) in try CABundle(extraCAFile: caFile) }
         guard let sharedSessions = curl_share_init() else { throw HTTPError(.invalidRequest, "curl_share_init failed") }
         guard mw_share_setopt_long(sharedSessions, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_SSL_SESSION.rawValue)) == CURLSHE_OK,
               let raw = curl_multi_init() else {
@@ -106,7 +89,6 @@ public final class HTTPClient: Sendable {
         let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
         assert(shareReleased, "an easy handle outlived the HTTP client's driver")
         tls.raw.deallocate()
-        if let caBundlePath { try? FileManager.default.removeItem(atPath: caBundlePath) }
     }
 
     /// Connections opened so far (each TLS handshake counts once).
@@ -353,7 +335,7 @@ public final class HTTPClient: Sendable {
                 if let reused = idle.popLast() {
                     transfer = reused
                 } else {
-                    transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundlePath,
+                    transfer = try CurlTransfer(configuration: client.configuration, caBundlePath: client.caBundle?.path,
                                                 share: client.share.raw, tls: client.tls.raw)
                 }
                 try transfer.prepare(item.request, id: item.id, configuration: client.configuration, completion: item.completion)

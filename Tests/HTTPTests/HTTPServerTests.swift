@@ -39,6 +39,11 @@ struct HTTPServerTests {
         defer { trusting.shutdown() }
         let response = try await trusting.execute(HTTPRequest(url: "https://127.0.0.1:\(server.port)/"))
         #expect(String(decoding: response.body, as: UTF8.self) == "secure")
+        // The combined bundle lives in memory: no file of this process in the temporary directory, even while the
+        // client lives (a file there outlived every daemon that did not end through the client's deinit).
+        let temporary = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: temporary)) ?? []
+        #expect(!left.contains { $0.hasPrefix("medication-worker-ca-\(getpid())-") }, "a CA bundle file in \(temporary)")
 
         let untrusting = try HTTPClient()
         defer { untrusting.shutdown() }
