@@ -138,16 +138,18 @@ static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_tls_state *state)
     if (code != CURLE_OK) return code;
     return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, (void *)state);
 }
-/* The descriptors of curl_multi_fdset's sets that are set, up to `capacity` of them (fd_set's macros
-   are not visible to Swift). Returns how many were written to `out`. */
+/* The descriptors of curl_multi_fdset's sets that are set (fd_set's macros are not visible to Swift): the first
+   `capacity` of them are written to `out`. Returns how many there are, which may be more than `capacity`. */
 static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
     fd_set readable, writable, failed;
     FD_ZERO(&readable); FD_ZERO(&writable); FD_ZERO(&failed);
     int highest = -1;
     if (curl_multi_fdset(multi, &readable, &writable, &failed, &highest) != CURLM_OK) return 0;
     int count = 0;
-    for (int fd = 0; fd <= highest && count < capacity; fd++) {
-        if (FD_ISSET(fd, &readable) || FD_ISSET(fd, &writable)) out[count++] = fd;
+    for (int fd = 0; fd <= highest; fd++) {
+        if (!FD_ISSET(fd, &readable) && !FD_ISSET(fd, &writable)) continue;
+        if (count < capacity) out[count] = fd;
+        count++;
     }
     return count;
 }

@@ -27,12 +27,19 @@ enum TransferSockets {
         }
     }
 
-    /// Releases the sockets of `multi`'s transfers in progress.
+    /// Releases the sockets of `multi`'s transfers in progress, all of them: `scratch` grows to hold them (an HTTP/1.1
+    /// server takes a connection per request, so there may be hundreds).
     static func releaseAll(of multi: UnsafeMutableRawPointer, scratch: inout [Int32]) {
-        let count = scratch.withUnsafeMutableBufferPointer { buffer in
-            Int(mw_multi_sockets(multi, buffer.baseAddress, Int32(buffer.count)))
+        var count = sockets(of: multi, into: &scratch)
+        if count > scratch.count {
+            scratch = [Int32](repeating: -1, count: count * 2)
+            count = min(sockets(of: multi, into: &scratch), scratch.count)
         }
         release(scratch[..<count])
+    }
+
+    private static func sockets(of multi: UnsafeMutableRawPointer, into scratch: inout [Int32]) -> Int {
+        scratch.withUnsafeMutableBufferPointer { buffer in Int(mw_multi_sockets(multi, buffer.baseAddress, Int32(buffer.count))) }
     }
 
     fileprivate static func setFlag(_ fd: Int32, _ option: Int32, _ value: UInt32) {
