@@ -14,13 +14,14 @@ import WorkerConfig
 struct OnlineCheck: Sendable, Equatable {
     var check: String
     var ok: Bool
-    /// One line: libpq's and libcurl's multi-line messages are folded.
+    /// One line: libpq's and libcurl's multi-line messages are folded (every line break: CR LF is one Character, equal to
+    /// neither "\r" nor "\n", and a peer's message may carry it).
     var detail: String
 
     init(check: String, ok: Bool, detail: String) {
         self.check = check
         self.ok = ok
-        self.detail = detail.split(whereSeparator: { $0 == "\n" || $0 == "\t" || $0 == "\r" })
+        self.detail = detail.split(whereSeparator: { $0.isNewline || $0 == "\t" })
             .map { String($0).trimmingWhitespace() }.filter { !$0.isEmpty }.joined(separator: " ")
     }
 }

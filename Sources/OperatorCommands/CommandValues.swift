@@ -44,8 +44,8 @@ public enum CommandValues {
         return ([line(header)] + rows.map(line)).joined(separator: "\n")
     }
 
-    /// A list of ids for a line of text: the first 20, then `…`.
+    /// A list of ids for a line of text: the first 20, each escaped (a device id is the client app's), then `…`.
     public static func idList<T>(_ ids: [T]) -> String {
-        ids.prefix(20).map { "\($0)" }.joined(separator: ", ") + (ids.count > 20 ? ", … (\(ids.count) in all)" : "")
+        ids.prefix(20).map { Printable.escaped("\($0)") }.joined(separator: ", ") + (ids.count > 20 ? ", … (\(ids.count) in all)" : "")
     }
 }

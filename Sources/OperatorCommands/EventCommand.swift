@@ -35,7 +35,7 @@ struct EventCommand: OperatorCommand {
     let selector: Selector
 
     init(arguments: inout CommandArguments) throws(UsageError) {
-        guard let target = arguments.positional() else { throw UsageError("event needs an event id or an event key") }
+        guard let target = arguments.positional(), !target.isEmpty else { throw UsageError("event needs an event id or an event key") }
         if let id = Int64(target) {
             guard id > 0 else { throw UsageError("an event id is a positive integer, got \(Printable.escaped(target))") }
             selector = .id(id)

@@ -88,7 +88,9 @@ public struct CommandArguments: Sendable {
             return value
         }
         guard let index = rest.firstIndex(of: name) else { return nil }
-        guard index + 1 < rest.count, !rest[index + 1].hasPrefix("--") else { throw UsageError("\(name) needs a value") }
+        guard index + 1 < rest.count, !rest[index + 1].hasPrefix("--"), !rest[index + 1].isEmpty else {
+            throw UsageError("\(name) needs a value")
+        }
         let value = rest[index + 1]
         rest.removeSubrange(index...index + 1)
         return value
@@ -115,9 +117,10 @@ public struct CommandArguments: Sendable {
         return number
     }
 
-    /// The next positional argument, if any (not an option).
+    /// The next positional argument, if any: not an option (a negative number is an argument, for the command to refuse
+    /// by name).
     public mutating func positional() -> String? {
-        guard let index = rest.firstIndex(where: { !$0.hasPrefix("-") }) else { return nil }
+        guard let index = rest.firstIndex(where: { !$0.hasPrefix("-") || Int64($0) != nil }) else { return nil }
         return rest.remove(at: index)
     }
 

@@ -1,13 +1,15 @@
+import TextSupport
 /// A bad or missing setting. The daemon prints it as one line and exits with status 78 (EX_CONFIG).
 public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The environment variable (or file) at fault, e.g. `BATCH_SIZE`.
     public var variable: String
-    /// What is wrong with it, without echoing secret values.
+    /// What is wrong with it, without echoing secret values, on one line: a problem quotes the value or the path it
+    /// refuses, and one set with a line break in it must not print a line of its own.
     public var problem: String
 
     public init(_ variable: String, _ problem: String) {
         self.variable = variable
-        self.problem = problem
+        self.problem = Printable.escaped(problem)
     }
 
     public var description: String { "\(variable): \(problem)" }

@@ -11,6 +11,13 @@ import WorkerApp
 /// shows the FCM project, never prints a secret; `--online` reaches the database, OAuth, FCM and reports each.
 @Suite("check-config", .blockingFixtures)
 struct CheckConfigTests {
+    /// A check's detail is one line whatever the peer's message holds: CR LF (one Character in Swift, equal to neither
+    /// "\r" nor "\n"), a lone CR, U+2028.
+    @Test func onlineCheckDetail_foldsEveryLineBreak() {
+        #expect(OnlineCheck(check: "fcm", ok: false, detail: "denied\r\nfcm ok: forged").detail == "denied fcm ok: forged")
+        #expect(OnlineCheck(check: "fcm", ok: false, detail: "a\rb\u{2028}c\n\td").detail == "a b c d")
+    }
+
     static let fixtures = TLSFixtures.shared
     static let databasePassword = "s3cret-db-pass"
 

@@ -188,6 +188,42 @@ struct SupportCommandTests {
         }
     }
 
+    /// A device id is the client app's: `devices enable` lists the ids it re-enables escaped, as every other line does.
+    @Test func hostileDeviceId_devicesEnable_listsItEscaped() async throws {
+        try await Self.withStack { stack in
+            try stack.rig.connection.query(#"""
+                INSERT INTO "PushDevice" (id, "ownerType", "ownerId", token, "isEnabled", "lastSeenAt", "createdAt", "updatedAt")
+                VALUES (E'dev\nFORGED line\u001b[2J', \#(literal: OwnerType.caregiver), 'c1', 'tokenE-hostile-EEEEEEEE', false, now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour')
+                """#)
+            try stack.rig.connection.query(#"""
+                INSERT INTO "PushDeviceDisabled" (id, "pushDeviceId", reason, "eventKey", "lastError", "disabledAt", witnessed)
+                VALUES ('ledger-2', E'dev\nFORGED line\u001b[2J', 'UNREGISTERED', 'doseTaken:x', 'UNREGISTERED', now() - interval '1 hour', true)
+                """#)
+            let result = try await stack.run("devices", "enable", "--since", "1d", "--dry-run")
+            #expect(result.status == 0)
+            #expect(result.output.hasPrefix("would re-enable 1 device(s)"), "\(result.output)")
+            #expect(result.output.contains(#"dev\nFORGED line\u{1B}[2J"#), "\(result.output)")
+            #expect(!result.output.split(separator: "\n").contains { $0.hasPrefix("FORGED") })
+            #expect(!result.output.contains("\u{1B}"))
+        }
+    }
+
+    /// An empty value, or a negative id, is a usage error (64) that says what is missing or names the value, not a
+    /// lookup of nothing.
+    @Test func emptyValues_andNegativeIds_areUsageErrors() async throws {
+        try await Self.withStack { stack in
+            for arguments in [["resend", "--delivery", ""], ["devices", "--owner", ""], ["events", "--patient", ""],
+                              ["events", "--caregiver", ""], ["event", ""], ["event", "-5"]] {
+                let type = try #require(CommandRunner.command(named: arguments[0]))
+                let result = await CommandRunner.execute(type, arguments: Array(arguments.dropFirst()), environment: ["DATABASE_URL": stack.worker])
+                #expect(result.status == 64, "\(arguments): \(result.status) \(result.errorOutput)")
+                #expect(!result.errorOutput.contains("no "), "\(arguments): \(result.errorOutput)")
+            }
+            let negative = try await stack.run("event", "-5")
+            #expect(negative.errorOutput.contains("got -5"), "\(negative.errorOutput)")
+        }
+    }
+
     @Test func unknownIds_exit1NamingTheId() async throws {
         try await Self.withStack { stack in
             for (name, arguments, message) in [

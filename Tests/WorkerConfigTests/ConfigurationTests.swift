@@ -159,6 +159,19 @@ struct ConfigurationTests {
         #expect(error?.description.split(separator: "\n").count == 5)
     }
 
+    /// A refused value is quoted in its problem: one set with a line break (or a terminal escape) in it stays on the
+    /// setting's one line.
+    @Test func refusedValue_withALineBreak_staysOnItsSettingsLine() throws {
+        var environment = try Self.baseEnvironment()
+        environment["EVENT_MAX_AGE"] = "2x\u{1B}[2J\r\nFAKE: forged"
+        environment["LOG_LEVEL"] = "debug\nLOG_LEVEL: forged"
+        let error = #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: environment) }
+        let lines = error?.description.split(separator: "\n", omittingEmptySubsequences: false) ?? []
+        #expect(lines.count == 3, "\(lines)")
+        #expect(!lines.contains { $0.hasPrefix("FAKE") || $0.hasPrefix("LOG_LEVEL: forged") })
+        #expect(error?.description.contains(#"got "2x\u{1B}[2J\r\nFAKE: forged""#) == true, "\(error?.description ?? "")")
+    }
+
     @Test func nearMisses_suggestTheSettingAndIgnoreOtherVariables() {
         let misses = SettingNames.nearMisses(in: [
             "MAX_INFLIGHT": "5", "FCM_BASEURL": "https://x", "EVENT_MAX_AGES": "1h", "LOG_LEVL": "debug", "max_in_flight": "3",
