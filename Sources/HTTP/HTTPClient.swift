@@ -107,6 +107,9 @@ public final class HTTPClient: Sendable {
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<HTTPResponse, any Error>) in
                     start(request, id: id) { result in continuation.resume(with: result) }
+                    // Cancelled before `start` queued it: the driver may already have dropped that cancellation as
+                    // naming nothing, so it is asked again for the request now queued.
+                    if Task.isCancelled { cancel(id) }
                 }
             } onCancel: {
                 cancel(id)

@@ -63,6 +63,29 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened == 1)
     }
 
+    /// Through a proxy's CONNECT tunnel, as connections turn over (GOAWAY every 10 requests): every send goes through.
+    /// libcurl before 8.0.0 hands transfers waiting to multiplex to a new connection before its tunnel is up, and they
+    /// fail at once ("send: no filter connected"); there the client speaks HTTP/1.1 to a proxied server
+    /// (`CurlTransfer.multiplexesThroughTunnels`). The sender runs as its own process (`fcm-sender-bench`), so the proxy
+    /// comes from its environment as the daemon's does.
+    @Test(.enabled(if: Nginx.binary != nil && Tinyproxy.binary != nil, "nginx or tinyproxy is not installed"))
+    func throughAConnectProxy_asConnectionsTurnOver_everySendGoesThrough() async throws {
+        let fixtures = TLSFixtures.shared
+        let nginx = try await Nginx(certificatePEM: fixtures.serverCertificatePEM, keyPEM: fixtures.serverKeyPEM, port: FreePort.next(),
+                                    keepaliveRequests: 10)
+        let proxy = try await Tinyproxy()
+        defer { nginx.stop(); proxy.stop() }
+        let base = "https://127.0.0.1:\(nginx.port)"
+        let account = try fixtures.serviceAccountFile(privateKeyPEM: try fixtures.rsaKeyPair().privatePEM, tokenURI: base + "/token")
+        let result = try await TestBinaries.run("fcm-sender-bench", ["1000", "40"], environment: [
+            "FCM_SERVICE_ACCOUNT_FILE": account, "FCM_BASE_URL": base, "TLS_CA_FILE": fixtures.caFile, "https_proxy": proxy.url,
+        ])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("1000/1000 sent"), "\(result.stdout) \(result.stderr)")
+        #expect(Self.sendsLogged(nginx) == 1000)
+        #expect(!proxy.tunnels.isEmpty, "nothing went through the proxy")
+    }
+
     /// Twenty bodies of 300 KB at once on one TLS connection, far more than a socket buffer and HTTP/2's flow-control
     /// window: every byte arrives (nginx reads each body whole before it answers). nginx's `/read-body/` reads the body
     /// first: its plain `return` answers at the headers and resets a stream still sending, which libcurl 7.88 fails.
