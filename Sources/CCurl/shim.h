@@ -154,11 +154,6 @@ static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
     return count;
 }
 
-/* The running libcurl's version as 0xXXYYZZ (CURLVERSION_NOW is a macro Swift cannot import). */
-static inline unsigned int mw_curl_version_num(void) {
-    return curl_version_info(CURLVERSION_NOW)->version_num;
-}
-
 /* glibc's memfd_create(2): <sys/mman.h> declares it only under _GNU_SOURCE, which Swift's Glibc module is built
    without. MFD_CLOEXEC is 1. */
 extern int memfd_create(const char *name, unsigned int flags);

@@ -65,18 +65,16 @@ final class CurlTransfer {
         }
     }
 
-    /// Whether HTTP/2 may multiplex through a proxy's CONNECT tunnel. libcurl before 8.0.0 hands the transfers waiting
-    /// to multiplex to a new connection before its tunnel is up, and they fail at once ("send: no filter connected",
-    /// CURLE_FAILED_INIT): behind tinyproxy, 1,000 sends at 250 in flight to nginx over HTTP/2 got 894 through on Debian
-    /// 12's 7.88, and under GOAWAY every 10 requests 311 of 2,000. On those releases a proxied server is spoken to
-    /// over HTTP/1.1 (a connection per request in flight, each a tunnel), as cargo does for the same bug. A proxy that
-    /// `NO_PROXY` exempts counts as a proxy here: libcurl applies `NO_PROXY`, and HTTP/1.1 costs speed, not pushes.
-    static let multiplexesThroughTunnels = mw_curl_version_num() >= 0x08_00_00
-
     /// Options that never change for this client.
     private func configureOnce(_ configuration: HTTPClientConfiguration, _ caBundlePath: String?) throws(HTTPError) {
         try check(mw_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
-        // HTTP/2 by ALPN on TLS, HTTP/1.1 otherwise; never prior knowledge (per URL: `prepare`).
+        // HTTP/2 by ALPN on TLS, HTTP/1.1 otherwise; never prior knowledge. Through a proxy's CONNECT tunnel, HTTP/1.1
+        // (set per URL in `prepare`): both libcurl releases lose sends multiplexed through tunnels as connections turn
+        // over. Behind tinyproxy with GOAWAY every 10 requests, 1,000 sends at 40 in flight: Debian 12's 7.88 sent 301
+        // (it hands transfers waiting to multiplex to a tunnel not yet up: "send: no filter connected"), Debian 13's 8.14
+        // sent 840, with 880 logged by the server (40 answered and still failed: sent twice on the engine's retry).
+        // Over HTTP/1.1 each request in flight has its own tunnel, kept alive. A host `NO_PROXY` exempts counts as
+        // proxied here (libcurl applies `NO_PROXY`): HTTP/1.1 costs it speed, not pushes.
         // Wait for an existing connection to multiplex on rather than opening another.
         try check(mw_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1), "PIPEWAIT")
         try check(mw_easy_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
@@ -127,7 +125,7 @@ final class CurlTransfer {
             try setURL(request.url)
             let proxy = ProxySettings.process.proxy(for: request.url)
             try check(mw_easy_setopt_cstr(easy, CURLOPT_PROXY, proxy), "PROXY")
-            let version = proxy.isEmpty || Self.multiplexesThroughTunnels ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1
+            let version = proxy.isEmpty ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1
             try check(mw_easy_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(version)), "HTTP_VERSION")
             url = request.url
         }

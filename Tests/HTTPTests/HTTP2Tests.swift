@@ -63,11 +63,10 @@ struct HTTP2Tests {
         #expect(sender.http.connectionsOpened == 1)
     }
 
-    /// Through a proxy's CONNECT tunnel, as connections turn over (GOAWAY every 10 requests): every send goes through.
-    /// libcurl before 8.0.0 hands transfers waiting to multiplex to a new connection before its tunnel is up, and they
-    /// fail at once ("send: no filter connected"); there the client speaks HTTP/1.1 to a proxied server
-    /// (`CurlTransfer.multiplexesThroughTunnels`). The sender runs as its own process (`fcm-sender-bench`), so the proxy
-    /// comes from its environment as the daemon's does.
+    /// Through a proxy's CONNECT tunnel, as connections turn over (GOAWAY every 10 requests): every send goes through,
+    /// once. Multiplexed over HTTP/2 through tunnels, 7.88 sent 301 of 1,000 and 8.14 840 (880 reached the server), so a
+    /// proxied server is spoken to over HTTP/1.1 (`CurlTransfer.configureOnce`). The sender runs as its own process
+    /// (`fcm-sender-bench`), so the proxy comes from its environment as the daemon's does.
     @Test(.enabled(if: Nginx.binary != nil && Tinyproxy.binary != nil, "nginx or tinyproxy is not installed"))
     func throughAConnectProxy_asConnectionsTurnOver_everySendGoesThrough() async throws {
         let fixtures = TLSFixtures.shared
