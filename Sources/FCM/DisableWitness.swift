@@ -3,30 +3,41 @@ import Push
 /// A disable needs a witness (SPEC §3; docs/operations.md, "A disable needs a witness"). FCM answers UNREGISTERED, a
 /// plain 404 NOT_FOUND, an invalid token or SENDER_ID_MISMATCH both for one dead token and for every token when the
 /// project, the key, the URL or a proxy is wrong; only another token tells which. The answer is evidence against its
-/// token when FCM, with the same credentials, accepts a push for a token known to be good after this send began:
-/// a real 200, or, when none comes within `wait`, a `validate_only` dry run to a token that received a push.
+/// token when FCM, with the same credentials, accepts a push for a token known to be good *after* the answer came: a
+/// real 200 to a send that began after it, or, when none comes within `wait`, a `validate_only` dry run to a token that
+/// received a push. A 200 to a send that began earlier may have been FCM's before the project broke: when a project,
+/// key or proxy goes wrong mid-flight, every send on the wire then (500 at 10,000/s and 50 ms) answers NOT_FOUND while
+/// 200s begun before it are still arriving, and judged by those, 40 of 400 healthy devices were disabled (a 300 ms FCM
+/// turned into a deleted project mid-drain).
 ///
 /// A value: its owner (`FCMSender`) serialises access, runs the dry run and carries out the verdicts. `Waiter` is the
 /// owner's answer-in-waiting (a test uses a number).
 package struct DisableWitness<Waiter> {
     /// What the owner does with a disabling answer now.
     package enum Step {
-        /// Carry out this verdict for the answer.
-        case decided(DisableVerdict)
         /// Held until the witness's next verdict; nothing to arm.
         case wait
         /// Held; after `after`, call `checkDue` (unless a 200 witnessed everything first) and dry run what it returns.
         case check(after: Duration)
     }
 
+    /// A disabling answer waiting for a witness: its token, when it came, and its owner's waiter.
+    package struct Waiting {
+        var token: String
+        var answered: ContinuousClock.Instant
+        var waiter: Waiter
+    }
+
     /// How long a disabling answer waits for a real 200 before a dry run is sent.
     package let wait: Duration
 
-    /// When FCM last accepted a push (a 200) in this process, and the token it accepted.
-    private(set) var lastAccepted: (at: ContinuousClock.Instant, token: String)?
+    /// The token of the newest send FCM accepted in this process (a 200, or a dry run), and when that send began.
+    private(set) var lastAccepted: (began: ContinuousClock.Instant, token: String)?
     /// Disabling answers waiting for a witness, oldest first.
-    private(set) var waiting: [(token: String, waiter: Waiter)] = []
-    /// A check is armed or a dry run is in flight: one at a time.
+    private(set) var waiting: [Waiting] = []
+    /// When the check in progress took its suspects (its dry run began after): a check is armed or a dry run is in
+    /// flight, one at a time.
+    private var checkTaken: ContinuousClock.Instant?
     private var checking = false
     /// The answer of the project fault declared last, until FCM accepts a push again: a disabling answer meanwhile is
     /// checked at once (no real 200 comes while sending is paused).
@@ -36,29 +47,29 @@ package struct DisableWitness<Waiter> {
         self.wait = wait
     }
 
-    /// FCM accepted a push for `token`: every waiting answer is witnessed (each send began before this answer came).
-    package mutating func accepted(token: String, at now: ContinuousClock.Instant) -> [Waiter] {
-        lastAccepted = (now, token)
+    /// FCM accepted a push for `token`, sent at `began`: it witnesses every answer that came before that send began.
+    package mutating func accepted(token: String, began: ContinuousClock.Instant) -> [Waiter] {
+        if lastAccepted.map({ $0.began <= began }) ?? true { lastAccepted = (began, token) }
         fault = nil
-        return waiting.isEmpty ? [] : drain()
+        return take { $0.answered < began }
     }
 
-    /// A disabling answer for `token`, to a send that began at `started`.
-    package mutating func disabling(token: String, started: ContinuousClock.Instant, waiter: Waiter) -> Step {
-        if let lastAccepted, lastAccepted.at > started { return .decided(.witnessed) }
-        waiting.append((token, waiter))
+    /// A disabling answer for `token`, come at `now`: held for a 200 to a later send, or the dry run.
+    package mutating func disabling(token: String, at now: ContinuousClock.Instant, waiter: Waiter) -> Step {
+        waiting.append(Waiting(token: token, answered: now, waiter: waiter))
         guard !checking else { return .wait }
         checking = true
         return .check(after: fault == nil ? wait : .zero)
     }
 
-    /// The check's time came: the tokens waiting for a witness (the suspects: no dry run goes to one of them, and the
-    /// database's known-good tokens leave them out), or nil when a 200 witnessed everything meanwhile.
-    package mutating func checkDue() -> Set<String>? {
+    /// The check's time came (`now`): the tokens waiting for a witness (the suspects: no dry run goes to one of them, and
+    /// the database's known-good tokens leave them out), or nil when a 200 witnessed everything meanwhile.
+    package mutating func checkDue(at now: ContinuousClock.Instant) -> Set<String>? {
         guard !waiting.isEmpty else {
             checking = false
             return nil
         }
+        checkTaken = now
         return Set(waiting.map(\.token))
     }
 
@@ -73,13 +84,16 @@ package struct DisableWitness<Waiter> {
         return tokens
     }
 
-    /// The dry run's result: a verdict for every waiting answer.
-    package mutating func dryRunAnswered(_ result: DryRunResult, at now: ContinuousClock.Instant) -> [(Waiter, DisableVerdict)] {
+    /// The dry run's result: a verdict for every answer that came before its check took the suspects. Answers that came
+    /// later stay waiting (`recheck`: arm another check): the dry run began before them, so it says nothing of them.
+    package mutating func dryRunAnswered(_ result: DryRunResult) -> (decided: [(Waiter, DisableVerdict)], recheck: Bool) {
+        let taken = checkTaken ?? .now
         checking = false
+        checkTaken = nil
         let verdict: DisableVerdict
         switch result {
         case .accepted(let token):
-            lastAccepted = (now, token)
+            if lastAccepted.map({ $0.began <= taken }) ?? true { lastAccepted = (taken, token) }
             fault = nil
             verdict = .witnessed
         case .refused(let answer):
@@ -94,21 +108,32 @@ package struct DisableWitness<Waiter> {
         case .inconclusive:
             verdict = .retry
         }
-        return drain().map { ($0, verdict) }
+        let decided = take { $0.answered <= taken }.map { ($0, verdict) }
+        checking = !waiting.isEmpty
+        return (decided, checking)
     }
 
-    /// Every waiting answer, taken out (witnessed, or given back unjudged at stop).
+    /// The delay before the check `dryRunAnswered` asked for.
+    package var recheckDelay: Duration { fault == nil ? wait : .zero }
+
+    /// Every waiting answer, taken out (given back unjudged at stop).
     package mutating func drain() -> [Waiter] {
-        defer { waiting.removeAll() }
-        return waiting.map(\.waiter)
+        take { _ in true }
+    }
+
+    private mutating func take(where belongs: (Waiting) -> Bool) -> [Waiter] {
+        let taken = waiting.filter(belongs).map(\.waiter)
+        if !taken.isEmpty { waiting.removeAll(where: belongs) }
+        return taken
     }
 }
 
 extension DisableWitness: Sendable where Waiter: Sendable {}
+extension DisableWitness.Waiting: Sendable where Waiter: Sendable {}
 
 /// What becomes of a disabling answer.
 package enum DisableVerdict: Sendable, Equatable {
-    /// FCM accepted a known-good token after this send began: the token is dead, disable its device.
+    /// FCM accepted a known-good token sent after this answer came: the token is dead, disable its device.
     case witnessed
     /// No token of the project ever received a push (a new deployment): disabled within the fleet's allowance
     /// (`OutboxStore.unwitnessedDisableCap`).

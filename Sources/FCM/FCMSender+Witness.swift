@@ -70,25 +70,26 @@ final class WitnessDesk: Sendable {
         self.dryRuns = dryRuns
     }
 
-    /// FCM accepted a push for `token`: every waiting disabling answer is witnessed.
-    func accepted(token: String, apply: (DisableWaiter, DisableVerdict) -> Void) {
-        let now = ContinuousClock.now
-        let witnessed = witness.withLock { $0.accepted(token: token, at: now) }
+    /// FCM accepted a push for `token`, sent at `began`: every disabling answer that came before is witnessed.
+    func accepted(token: String, began: ContinuousClock.Instant, apply: (DisableWaiter, DisableVerdict) -> Void) {
+        let witnessed = witness.withLock { $0.accepted(token: token, began: began) }
         for waiter in witnessed { decided(waiter, .witnessed, apply: apply) }
     }
 
-    /// A disabling answer to a send that began at `started`: decided now, or held for a witness.
-    func disabling(token: String, started: ContinuousClock.Instant, waiter: DisableWaiter,
-                   apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) {
-        switch witness.withLock({ $0.disabling(token: token, started: started, waiter: waiter) }) {
-        case .decided(let verdict):
-            decided(waiter, verdict, apply: apply)
+    /// A disabling answer, come now: held for a witness.
+    func disabling(token: String, waiter: DisableWaiter, apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) {
+        let now = ContinuousClock.now
+        switch witness.withLock({ $0.disabling(token: token, at: now, waiter: waiter) }) {
         case .wait:
             break
         case .check(let delay):
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay.asSeconds) { [self] in
-                Task { await check(apply: apply) }
-            }
+            armCheck(after: delay, apply: apply)
+        }
+    }
+
+    private func armCheck(after delay: Duration, apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay.asSeconds) { [self] in
+            Task { await check(apply: apply) }
         }
     }
 
@@ -97,15 +98,19 @@ final class WitnessDesk: Sendable {
         for waiter in witness.withLock({ $0.drain() }) { decided(waiter, .retry, apply: apply) }
     }
 
+    /// Known-good tokens a dry run tries at most: this process's last accepted one, then the database's, each of
+    /// another owner. A project fault needs every one of them refused: one token, even the newest, may have died since
+    /// (a hostile app's own phones can be the newest to receive a push; uninstalled, they refused every dry run, and
+    /// its made-up tokens kept the pause going for minutes). Once a fault is declared so, a probe's disabling answer
+    /// is checked against one: an acceptance ends the fault, a refusal keeps it, and FCM is not asked four times per
+    /// probe while the project is down.
+    static let witnessesTried = 4
+
     /// No 200 came within the wait: a dry run to known-good tokens other than the suspects, in order, until one is
     /// accepted.
     private func check(apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) async {
-        guard let suspects = witness.withLock({ $0.checkDue() }) else { return }
-        // Ask the database only when this process has no accepted token to offer.
-        let remembered = witness.withLock { $0.lastAccepted?.token }
-        let known: WitnessCandidates?
-        if let remembered, !suspects.contains(remembered) { known = WitnessCandidates() } else { known = await knownGoodTokens(Array(suspects)) }
-        guard let known else {
+        guard let suspects = witness.withLock({ $0.checkDue(at: .now) }) else { return }
+        guard let known = await knownGoodTokens(Array(suspects)) else {
             // The database could not say which tokens are good: no verdict (not a new deployment's allowance).
             finish(.inconclusive, apply: apply)
             return
@@ -116,7 +121,8 @@ final class WitnessDesk: Sendable {
             return
         }
         var answers: [(token: String, answer: DryRunResult.Answer)] = []
-        for token in tokens.prefix(3) {
+        let tries = witness.withLock { $0.fault == nil } ? Self.witnessesTried : 1
+        for token in tokens.prefix(tries) {
             let answer = await dryRun(token)
             switch answer {
             case .accepted: dryRuns["accepted"]?.increment()
@@ -129,10 +135,13 @@ final class WitnessDesk: Sendable {
         finish(DryRunResult.combine(answers), apply: apply)
     }
 
-    private func finish(_ result: DryRunResult, apply: (DisableWaiter, DisableVerdict) -> Void) {
-        let now = ContinuousClock.now
-        let decided = witness.withLock { $0.dryRunAnswered(result, at: now) }
+    private func finish(_ result: DryRunResult, apply: @escaping @Sendable (DisableWaiter, DisableVerdict) -> Void) {
+        let (decided, recheck, delay) = witness.withLock { witness in
+            let (decided, recheck) = witness.dryRunAnswered(result)
+            return (decided, recheck, witness.recheckDelay)
+        }
         for (waiter, verdict) in decided { self.decided(waiter, verdict, apply: apply) }
+        if recheck { armCheck(after: delay, apply: apply) }
     }
 
     /// A `validate_only` send to `token` with the sender's key: FCM's verdict on the token and the project.

@@ -190,12 +190,12 @@ public final class FCMSender: PushSender {
             let headers = response.status == 200 ? [:] : response.headers
             switch FCMResponseClassifier.classify(status: response.status, headers: headers, body: response.body, now: now()) {
             case .outcome(.tokenInvalid(let answer, _)):
-                awaitWitness(push.token, answer: answer, started: started, ticket: ticket, completion)
+                awaitWitness(push.token, answer: answer, ticket: ticket, completion)
             case .outcome(let outcome):
                 // A device over its own message rate says nothing against FCM or the project. A 200 witnesses every
-                // disabling answer to a send begun before it.
+                // disabling answer that came before its send began.
                 gate.healthy(ticket: ticket)
-                if case .sent = outcome { witness.accepted(token: push.token, apply: carryOut) }
+                if case .sent = outcome { witness.accepted(token: push.token, began: started, apply: carryOut) }
                 completion(outcome)
             case .overloaded(let reason, let after, let minimum, let quota):
                 // The project's quota: pause as FCM asks (Retry-After, else 60 s), then resume below the rate that hit it.
@@ -227,10 +227,10 @@ public final class FCMSender: PushSender {
     static let unwitnessedRetry: Duration = .seconds(2)
 
     /// A disabling answer goes to the witness, which decides now or once a 200 or a dry run says whether FCM accepts the key.
-    private func awaitWitness(_ token: String, answer: DisablingAnswer, started: ContinuousClock.Instant, ticket: UInt64,
+    private func awaitWitness(_ token: String, answer: DisablingAnswer, ticket: UInt64,
                               _ completion: @escaping @Sendable (SendOutcome) -> Void) {
         let waiter = DisableWaiter(answer: answer, ticket: ticket, completion: completion)
-        witness.disabling(token: token, started: started, waiter: waiter, apply: carryOut)
+        witness.disabling(token: token, waiter: waiter, apply: carryOut)
     }
 
     /// The witness's verdict on a disabling answer, carried out: the gate hears the send's answer, the engine its outcome.

@@ -216,6 +216,9 @@ extension FCMEmulator {
            let milliseconds = Int(token[token.index(token.startIndex, offsetBy: 4)..<dash]) {
             usleep(useconds_t(min(milliseconds, 60_000)) * 1000)
         }
+        if state.withLock({ $0.unregistered.contains(token) }) {
+            return Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED")
+        }
         let answers: [(prefix: String, respond: () -> HTTPServerResponse)] = [
             ("unregistered-", { Self.googleError(404, "NOT_FOUND", "Requested entity was not found.", errorCode: "UNREGISTERED") }),
             ("mismatch-", { Self.senderIdMismatch() }),

@@ -82,6 +82,8 @@ public final class FCMEmulator: Sendable {
         var acceptedKeys: Set<String> = []
         var retryNotBefore: [String: Date] = [:]
         var projectFault: ProjectFault?
+        /// Tokens answered UNREGISTERED whatever their prefix (an app uninstalled after it received pushes).
+        var unregistered: Set<String> = []
         /// Every token request is refused with this OAuth error while set (until `tokenRefusalUntil`, when set).
         var tokenRefusal: (error: String, description: String)?
         var tokenRefusalUntil: Date?
@@ -124,6 +126,9 @@ public final class FCMEmulator: Sendable {
 
     /// Starts (or with nil, ends) answering every send with a project-wide fault.
     public func setProjectFault(_ fault: ProjectFault?) { state.withLock { s in s.projectFault = fault } }
+
+    /// From now on `token` is answered UNREGISTERED (its app was uninstalled), as a dry run to it is.
+    public func unregister(_ token: String) { _ = state.withLock { s in s.unregistered.insert(token) } }
 
     /// Starts serving at once.
     public init(configuration: Configuration) throws {

@@ -10,16 +10,17 @@ package struct KnownGoodTokens: Sendable {
         self.client = client
     }
 
-    /// What the database offers a dry run: at most `limit` distinct tokens other than `excluding` (the suspects), from
-    /// the newest SENT deliveries this worker recorded (`"sentAt"` set; the API's inline-sender rows carry none), and
-    /// how many unwitnessed disables the fleet has made (`OutboxStore.unwitnessedDisableCap` allows 10).
+    /// What the database offers a dry run: at most `limit` tokens other than `excluding` (the suspects), each the newest
+    /// of its owner, from the newest SENT deliveries this worker recorded (`"sentAt"` set; the API's inline-sender rows
+    /// carry none), and how many unwitnessed disables the fleet has made since FCM last accepted a push
+    /// (`OutboxStore.unwitnessedDisableCap` allows 10).
     package struct Candidates: Sendable, Equatable {
         package var tokens: [String]
         package var unwitnessedDisables: Int
     }
 
     /// nil when the database could not be asked (no verdict then, rather than a new deployment's).
-    package func newest(excluding: [String], limit: Int = 3) async -> Candidates? {
+    package func newest(excluding: [String], limit: Int = 4) async -> Candidates? {
         do {
             let rows = try await client.query(Self.query(excluding: excluding, limit: limit))
             return Candidates(tokens: rows.compactMap { $0["token"].optionalString() },
@@ -31,23 +32,36 @@ package struct KnownGoodTokens: Sendable {
 
     /// One row per token (one row with a NULL token when there is none), each with the fleet's unwitnessed disables.
     /// Walks `"PushDelivery_createdAt_idx"` backwards over the newest 2,000 SENT rows (more than every instance's sends
-    /// on the wire, so the suspects' own last pushes cannot hide the others); a backlog of PENDING rows is skipped.
+    /// on the wire, so the suspects' own last pushes cannot hide the others); a backlog of PENDING rows is skipped. One
+    /// token per owner: the witnesses are several people's phones, so no one account's phones are all of them.
     static func query(excluding: [String], limit: Int) -> PostgresQuery {
         """
         SELECT u.unwitnessed, t.token FROM (
-            SELECT count(*) AS unwitnessed FROM "PushDeviceDisabled" WHERE NOT witnessed AND "restoredAt" IS NULL
+            SELECT \(sql: unwitnessedSinceAcceptedSQL) AS unwitnessed
         ) u LEFT JOIN (
             SELECT token, "sentAt" FROM (
-                SELECT DISTINCT ON (d.token) d.token, s."sentAt" FROM (
+                SELECT DISTINCT ON (d."ownerId") d.token, s."sentAt" FROM (
                     SELECT pd."pushDeviceId", pd."sentAt" FROM "PushDelivery" pd
                     WHERE pd.status = \(literal: DeliveryStatus.sent) AND pd."sentAt" IS NOT NULL
                     ORDER BY pd."createdAt" DESC LIMIT 2000
                 ) s JOIN "PushDevice" d ON d.id = s."pushDeviceId"
                 WHERE d."isEnabled" AND d.token <> ALL(\(excluding)::text[])
-                ORDER BY d.token, s."sentAt" DESC
+                ORDER BY d."ownerId", s."sentAt" DESC
             ) n ORDER BY "sentAt" DESC LIMIT \(limit)
         ) t ON true
         ORDER BY t."sentAt" DESC
         """
     }
+
+    /// The unwitnessed disables the fleet's allowance counts: those not undone, made since FCM last accepted a push
+    /// (the newest SENT delivery's `"sentAt"`). "At most 10 until the first 200" (SPEC §3), counted again after each: a
+    /// deployment whose only phones that ever got a push die may disable them without a witness, however many a new
+    /// deployment's first day used.
+    package static let unwitnessedSinceAcceptedSQL: PostgresQuery = """
+        (SELECT count(*) FROM "PushDeviceDisabled" l
+         WHERE NOT l.witnessed AND l."restoredAt" IS NULL
+           AND l."disabledAt" > coalesce((SELECT pd."sentAt" FROM "PushDelivery" pd
+                                          WHERE pd.status = \(literal: DeliveryStatus.sent) AND pd."sentAt" IS NOT NULL
+                                          ORDER BY pd."createdAt" DESC LIMIT 1), '-infinity'))
+        """
 }

@@ -45,8 +45,7 @@ extension OutboxStore {
             SELECT c.* FROM (
                 SELECT c.*, count(*) FILTER (WHERE NOT c.witnessed) OVER (ORDER BY c.n) AS nth_unwitnessed FROM candidates c
             ) c
-            WHERE c.witnessed OR (SELECT count(*) FROM "PushDeviceDisabled" l WHERE NOT l.witnessed AND l."restoredAt" IS NULL)
-                                 + c.nth_unwitnessed <= \(unwitnessedDisableCap)
+            WHERE c.witnessed OR \(sql: KnownGoodTokens.unwitnessedSinceAcceptedSQL) + c.nth_unwitnessed <= \(unwitnessedDisableCap)
         ), disabled AS (
             UPDATE "PushDevice" d
             SET "isEnabled" = false, "updatedAt" = now()

@@ -121,6 +121,41 @@ struct FCMSenderTests {
         #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
     }
 
+    /// The phone this process last saw accepted was uninstalled since; another owner's phone is still good. A made-up
+    /// token's answer is witnessed by the good one: no project fault, no pause (before, the dry run asked only the last
+    /// accepted token, took its UNREGISTERED for the project's, and a hostile app's made-up tokens held every
+    /// caregiver's pushes while it lasted).
+    @Test func theLastAcceptedPhoneDied_anotherOwnersPhoneWitnesses_noPause() async throws {
+        let rig = try Self.rig(knownGoodTokens: { suspects in
+            WitnessCandidates(tokens: ["good-a", "good-b"].filter { !suspects.contains($0) })
+        })
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        guard case .sent = await rig.sender.send(Self.push("good-a")) else { Issue.record("not sent"); return }
+        rig.emulator.unregister("good-a")
+        #expect(await rig.sender.send(Self.push("invalid-made-up-1")) == .tokenInvalid(.invalidToken, witnessed: true))
+        #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "project"]) == 0)
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "refused"]) == 1)
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 1)
+    }
+
+    /// A project that breaks mid-flight: a 200 to a send FCM took before the fault, answered after a healthy device's
+    /// NOT_FOUND, is no witness against it (before, it was, and the device was disabled). The dry run, sent after the
+    /// answer, finds the project at fault: the send is retried, nothing disabled.
+    @Test func aTwoHundredFromBeforeAMidFlightFault_witnessesNothing() async throws {
+        let rig = try Self.rig()
+        defer { rig.sender.shutdown(); rig.emulator.stop() }
+        guard case .sent = await rig.sender.send(Self.push("good-0")) else { Issue.record("not sent"); return }
+        // Taken by FCM now, answered 150 ms later (the emulator checks the project before a slow token's wait).
+        async let early = rig.sender.send(Self.push("slow150-good-1", group: "g-early"))
+        try await Task.sleep(for: .milliseconds(40))
+        rig.emulator.setProjectFault(.notFound)
+        let healthy = await rig.sender.send(Self.push("good-2", group: "g-healthy"))
+        guard case .sent = await early else { Issue.record("the early send was not accepted"); return }
+        guard case .retry(let reason, _, _) = healthy else { Issue.record("healthy device judged \(healthy)"); return }
+        #expect(reason.hasPrefix("PROJECT_FAULT"), "\(reason)")
+        #expect(rig.metrics.value("fcm_disabling_answers_total", labels: ["answer": "NOT_FOUND", "verdict": "witnessed"]) == 0)
+    }
+
     @Test func retryAfterAsHTTPDate_overTheWire() async throws {
         let rig = try Self.rig()
         defer { rig.sender.shutdown(); rig.emulator.stop() }

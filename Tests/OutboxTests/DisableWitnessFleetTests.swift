@@ -305,6 +305,32 @@ struct DisableWitnessFleetTests {
         }
     }
 
+    /// The allowance counts the unwitnessed disables made since FCM last accepted a push ("until the first 200"): a
+    /// deployment whose first day used its 10, then delivered, may still disable the one phone that got those pushes
+    /// once it dies (before, the 10 were for the deployment's life, and that phone's death paused sending for good).
+    @Test func unwitnessedAllowance_countsOnlySinceTheLastAcceptedPush() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.patient("p1")
+            try db.link(caregiver: "c1", patient: "p1")
+            for index in 0..<12 { try db.device(owner: "c1", token: "t-\(index)", id: String(format: "d-%02d", index)) }
+            let client = PostgresClient(conninfo: conninfo)
+            let ids = { (range: Range<Int>) in range.map { String(format: "d-%02d", $0) } }
+            #expect(try await Self.disable(client, ids(0..<10), witnessed: false) == ids(0..<10))
+            #expect(try await Self.disable(client, ids(10..<11), witnessed: false) == [])
+            #expect(await KnownGoodTokens(client: client).newest(excluding: [])?.unwitnessedDisables == 10)
+            // FCM accepts a push for d-11.
+            try db.connection.query(#"""
+                INSERT INTO "PushDelivery" (id, "eventKey", "pushDeviceId", "patientId", status, attempts, "createdAt", "sentAt")
+                VALUES ('del-1', 'doseTaken:k', 'd-11', 'p1', \#(literal: DeliveryStatus.sent), 1, clock_timestamp(), clock_timestamp())
+                """#)
+            let known = await KnownGoodTokens(client: client).newest(excluding: [])
+            #expect(known?.unwitnessedDisables == 0)
+            #expect(known?.tokens == ["t-11"])
+            #expect(try await Self.disable(client, ids(10..<11), witnessed: false) == ids(10..<11))
+        }
+    }
+
     /// Three instances disabling unwitnessed at the same moment share one count: the lock orders their statements.
     @Test func unwitnessedAllowance_holdsUnderConcurrentInstances() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
