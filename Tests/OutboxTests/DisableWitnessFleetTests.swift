@@ -284,16 +284,24 @@ struct DisableWitnessFleetTests {
         return try rows[1].map { try $0["id"].string() }.sorted()
     }
 
+    /// Caregiver c1 of patient p1 with `count` devices, d-00… with tokens t-0….
+    static func caregiverWithDevices(_ conninfo: String, count: Int) throws -> Fixtures {
+        let db = try Fixtures(conninfo)
+        try db.patient("p1")
+        try db.link(caregiver: "c1", patient: "p1")
+        for index in 0..<count { try db.device(owner: "c1", token: "t-\(index)", id: String(format: "d-%02d", index)) }
+        return db
+    }
+
+    static func deviceIds(_ range: Range<Int>) -> [String] { range.map { String(format: "d-%02d", $0) } }
+
     /// Witnessed disables are never counted or held, however many; unwitnessed ones share 10 in the ledger, and
     /// `devices enable` (restoredAt) frees room.
     @Test func unwitnessedAllowance_countsTheLedger_witnessedNeverHeld_restoredFreeRoom() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            for index in 0..<60 { try db.device(owner: "c1", token: "t-\(index)", id: String(format: "d-%02d", index)) }
+            let db = try Self.caregiverWithDevices(conninfo, count: 60)
             let client = PostgresClient(conninfo: conninfo)
-            let ids = { (range: Range<Int>) in range.map { String(format: "d-%02d", $0) } }
+            let ids = Self.deviceIds
 
             #expect(try await Self.disable(client, ids(0..<30), witnessed: true) == ids(0..<30))
             #expect(try await Self.disable(client, ids(30..<42), witnessed: false) == ids(30..<40))
@@ -310,12 +318,9 @@ struct DisableWitnessFleetTests {
     /// once it dies (before, the 10 were for the deployment's life, and that phone's death paused sending for good).
     @Test func unwitnessedAllowance_countsOnlySinceTheLastAcceptedPush() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            for index in 0..<12 { try db.device(owner: "c1", token: "t-\(index)", id: String(format: "d-%02d", index)) }
+            let db = try Self.caregiverWithDevices(conninfo, count: 12)
             let client = PostgresClient(conninfo: conninfo)
-            let ids = { (range: Range<Int>) in range.map { String(format: "d-%02d", $0) } }
+            let ids = Self.deviceIds
             #expect(try await Self.disable(client, ids(0..<10), witnessed: false) == ids(0..<10))
             #expect(try await Self.disable(client, ids(10..<11), witnessed: false) == [])
             #expect(await KnownGoodTokens(client: client).newest(excluding: [])?.unwitnessedDisables == 10)
@@ -334,10 +339,7 @@ struct DisableWitnessFleetTests {
     /// Three instances disabling unwitnessed at the same moment share one count: the lock orders their statements.
     @Test func unwitnessedAllowance_holdsUnderConcurrentInstances() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
-            let db = try Fixtures(conninfo)
-            try db.patient("p1")
-            try db.link(caregiver: "c1", patient: "p1")
-            for index in 0..<60 { try db.device(owner: "c1", token: "t-\(index)", id: String(format: "d-%02d", index)) }
+            let db = try Self.caregiverWithDevices(conninfo, count: 60)
             // A role defaulting to REPEATABLE READ must not break the count: the worker's transactions say READ COMMITTED.
             try db.connection.query(#"ALTER DATABASE "\#(unescaped: try db.connection.query("SELECT current_database() AS d")[0]["d"].string())" SET default_transaction_isolation = 'repeatable read'"#)
             try await withThrowingTaskGroup(of: Int.self) { group in
