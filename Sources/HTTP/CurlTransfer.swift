@@ -134,21 +134,12 @@ final class CurlTransfer {
             try check(mw_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, timeout), "TIMEOUT")
             timeoutMs = timeout
         }
+        // A GET without a body or a POST: all that `HTTPClient.start` lets through.
         if method != request.method {
-            switch request.method {
-            case .get:
-                try check(mw_easy_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
-                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
-            case .post:
-                try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
-                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, nil), "CUSTOMREQUEST")
-            default:
-                try check(mw_easy_setopt_long(easy, CURLOPT_POST, 1), "POST")
-                try check(mw_easy_setopt_cstr(easy, CURLOPT_CUSTOMREQUEST, request.method.rawValue), "CUSTOMREQUEST")
-            }
+            try check(mw_easy_setopt_long(easy, request.method == .get ? CURLOPT_HTTPGET : CURLOPT_POST, 1), request.method.rawValue)
             method = request.method
         }
-        if request.method != .get || !request.body.isEmpty {
+        if request.method == .post {
             // POSTFIELDS does not copy: the bytes live in this transfer's own buffer until the next request.
             if bodyBuffer.count < request.body.count {
                 bodyBuffer.deallocate()

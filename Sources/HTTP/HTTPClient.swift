@@ -137,6 +137,12 @@ public final class HTTPClient: Sendable {
     }
 
     private func start(_ request: HTTPRequest, id: UInt64, completion: @escaping Completion) {
+        // What libcurl is set up for (`CurlTransfer.prepare`): a HEAD would wait for a body that never comes, and a GET
+        // with a body would leave the handle posting it again on its next plain GET.
+        guard request.method == .post || (request.method == .get && request.body.isEmpty) else {
+            completion(.failure(HTTPError(.invalidRequest, "\(request.method) with a \(request.body.count)-byte body: this client sends a GET without a body or a POST")))
+            return
+        }
         let (refused, wake) = state.withLock { state -> (HTTPError?, Bool) in
             if state.stopping { return (HTTPError(.shutdown, "HTTP client is shut down"), false) }
             if state.cancelled.remove(id) != nil { return (HTTPError(.cancelled, "request cancelled"), false) }

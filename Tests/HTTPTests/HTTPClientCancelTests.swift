@@ -64,6 +64,26 @@ struct HTTPClientCancelTests {
         client.start(HTTPRequest(method: .get, url: url)) { result in refused.withLock { $0 = result.failureCode } }
         #expect(refused.withLock { $0 } == .shutdown)
     }
+
+    /// The client sends a GET without a body or a POST, and refuses anything else at once: a HEAD waited for a body that
+    /// never comes (to a server that does not answer, for its whole timeout), and a GET with a body left the handle
+    /// posting it again on its next plain GET.
+    @Test func headOrAGetWithABody_isRefusedAtOnce() throws {
+        let (silent, client, url) = try Self.rig()
+        defer { silent.close() }
+        let answered = DispatchSemaphore(value: 0)
+        let results = Recorder<String>()
+        for request in [HTTPRequest(method: "HEAD", url: url), HTTPRequest(method: .get, url: url, body: Array("x".utf8)),
+                        HTTPRequest(method: "PUT", url: url, body: Array("x".utf8))] {
+            client.start(request) { result in
+                results.record(result.failureCode.map { "\($0)" } ?? "answered")
+                answered.signal()
+            }
+        }
+        for _ in 0..<3 { guard Self.arrived(answered, client, else: "a request was not refused at once") else { return } }
+        #expect(results.all == ["invalidRequest", "invalidRequest", "invalidRequest"])
+        client.shutdown()
+    }
 }
 
 extension Result where Failure == HTTPError {
