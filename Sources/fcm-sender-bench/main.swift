@@ -76,6 +76,14 @@ let elapsed = ContinuousClock.now - started
 let cpu = cpuSeconds() - cpuBefore
 let seconds = elapsed.asSeconds
 let sent = pump.state.withLock { $0.sent }
-print(String(format: "in-flight %d: %d/%d sent in %.2f s = %.0f sends/s, %.1f us CPU per send, %d connection(s) opened incl. the token endpoint",
-             inFlight, sent, count, seconds, Double(sent) / seconds, cpu * 1e6 / Double(max(sent, 1)), sender.http.connectionsOpened))
+/// A line of /proc/self/status in MiB (VmHWM: the peak resident set; RssAnon: the heap and stacks now).
+func statusMiB(_ field: String) -> Double {
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    let line = status.split(separator: "\n").first { $0.hasPrefix(field + ":") }
+    let kB = line.flatMap { Double($0.split(separator: " ").dropFirst().first { !$0.isEmpty }.map(String.init) ?? "") } ?? 0
+    return kB / 1024
+}
+print(String(format: "in-flight %d: %d/%d sent in %.2f s = %.0f sends/s, %.1f us CPU per send, %d connection(s) opened incl. the token endpoint; peak RSS %.1f MiB, anon now %.1f MiB",
+             inFlight, sent, count, seconds, Double(sent) / seconds, cpu * 1e6 / Double(max(sent, 1)), sender.http.connectionsOpened,
+             statusMiB("VmHWM"), statusMiB("RssAnon")))
 sender.shutdown()
