@@ -51,6 +51,30 @@ public enum EventFate {
         "\(what.rawValue) refused by the database: SQLSTATE \(sqlState ?? "?"): \(message.prefix(300))"
     }
 
+    /// What a fan-out the database did not finish makes of its event.
+    public enum FanOutFailure: Sendable, Equatable {
+        /// A failed attempt: due again after `delay`, the reason in `"lastError"`.
+        case retry(delay: Duration, reason: String)
+        /// `DEAD` with the reason: bad input (the statement itself was refused), or the attempts ran out.
+        case dead(reason: String)
+    }
+
+    /// SQLSTATEs that say the database could not finish the statement this time, not that anything in it was wrong: a
+    /// lock wait past `lock_timeout` (the API holding a recipient's row in a long transaction), a deadlock, a
+    /// serialization failure, a statement past `statement_timeout` or cancelled.
+    static let passingSQLStates: Set<String> = ["55P03", "40P01", "40001", "57014"]
+
+    /// A fan-out the database did not finish (`attempts` includes this one): a passing failure (`passingSQLStates`) is a
+    /// failed attempt, retried after the event's backoff until the attempts run out; anything else is the event's own
+    /// (an index row too large, a constraint), which would fail the same way every time, so it goes DEAD at once.
+    public static func fanOutFailed(eventId: Int64, attempts: Int, maxAttempts: Int, sqlState: String?, message: String,
+                                    backoff: Backoff) -> FanOutFailure {
+        let reason = refused(.fanOut, sqlState: sqlState, message: message)
+        guard let sqlState, passingSQLStates.contains(sqlState), attempts < maxAttempts else { return .dead(reason: reason) }
+        return .retry(delay: retryDelay(eventId: eventId, attempts: attempts, floor: .zero, backoff: backoff),
+                      reason: "fan-out not finished by the database, tried again: SQLSTATE \(sqlState): \(message.prefix(300))")
+    }
+
     // MARK: After an answer
 
     /// The row write an answer calls for (`DeliveryWrite`), decided here once: the engine's machine calls it as it turns

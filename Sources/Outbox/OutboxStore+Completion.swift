@@ -305,6 +305,26 @@ extension OutboxStore {
         """
     }
 
+    /// Events whose fan-out the database did not finish this time (`EventFate.FanOutFailure.retry`): the lease cleared,
+    /// the attempt counted, each due again after its delay with its reason in `"lastError"`.
+    static func retryEventsQuery(ids: [Int64], delaysMs: [Int64], reasons: [String], leases: [String]) -> PostgresQuery {
+        """
+        UPDATE "PushOutbox" o
+        SET "availableAt" = now() + make_interval(secs => v.delay_ms::double precision / 1000), "lastError" = v.err,
+            "leasedBy" = NULL, "leaseToken" = NULL, "leaseExpiresAt" = NULL
+        FROM unnest(\(ids)::bigint[], \(delaysMs)::bigint[], \(reasons)::text[], \(leases)::uuid[]) AS v(id, delay_ms, err, token)
+        WHERE o.id = v.id AND o."leaseToken" = v.token AND o.status = \(sql: stillPending)
+        """
+    }
+
+    func retry(events: [(id: Int64, lease: LeaseToken, delay: Duration, reason: String)]) async throws {
+        guard !events.isEmpty else { return }
+        try await client.withTransaction(settings: settings(.generic)) { connection in
+            try connection.query(Self.retryEventsQuery(ids: events.map(\.id), delaysMs: events.map(\.delay.wholeMilliseconds),
+                                                       reasons: events.map(\.reason), leases: events.map(\.lease.text)))
+        }
+    }
+
     /// Gives work that was never sent back (graceful stop, claim failure): due again at once, the attempt uncounted.
     func release(events: [(id: Int64, lease: LeaseToken)], deliveries: [(id: String, lease: LeaseToken)]) async throws {
         guard !events.isEmpty || !deliveries.isEmpty else { return }

@@ -9,6 +9,7 @@ import Push
 import Synchronization
 import TestSupport
 import Testing
+import Timekeeping
 
 @Suite("Delivery engine: isolation, independent sends, leases, stop", .blockingFixtures)
 struct EngineTests {
@@ -40,6 +41,57 @@ struct EngineTests {
             let long = try db.eventStatus(tooLong)
             #expect(long.status == .dead)
             #expect(long.lastError?.contains("recordingGroupId is 4000 characters") == true)
+        }
+    }
+
+    /// The API holds a recipient's device row in a transaction past the worker's lock_timeout (it is changing the
+    /// device's token): the fan-out's foreign-key check waits and is cancelled. Nothing is wrong with the event, so that
+    /// is a failed attempt, due again after its backoff, never DEAD (before: DEAD at the first lock timeout, "fan-out
+    /// refused by the database: SQLSTATE 55P03", and the push lost until an operator's redrive); once the API commits or
+    /// rolls back, the push goes out once.
+    @Test func recipientRowLockedPastTheLockTimeout_isAFailedAttempt_notADeadEvent() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload())
+            let api = try PostgresConnection(conninfo: conninfo)
+            try api.query("BEGIN")
+            try api.query(#"UPDATE "PushDevice" SET token = 'token-a-renewed' WHERE token = 'token-a'"#)
+            let sender = FakeSender()
+            let sink = MemorySink()
+            var configuration = DeliveryEngineConfiguration()
+            configuration.pollInterval = .milliseconds(50)
+            configuration.backoff = Backoff(base: .milliseconds(100), cap: .seconds(1))
+            let client = PostgresClient(conninfo: conninfo, settings: .worker(statementTimeout: .seconds(10), lockTimeout: .milliseconds(200),
+                                                                              asynchronousCommit: false))
+            let engine = DeliveryEngine(client: client, sender: sender, configuration: configuration,
+                                        logger: .init(label: "t", logLevel: .debug, sink: sink), metrics: .init())
+            let stop = StopSignal()
+            let running = Task { await engine.run(until: stop) }
+            // Until the fan-out has met the lock twice, or the event left PENDING (as it went DEAD before).
+            let deadline = ContinuousClock.now + .seconds(30)
+            var waited = try db.eventStatus(id)
+            while ContinuousClock.now < deadline {
+                waited = try db.eventStatus(id)
+                let met = sink.entries.filter { $0.message.hasPrefix("fan-out not finished by the database") }.count
+                if met >= 2 || waited.status != .pending { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(waited.status == .pending)
+            #expect(waited.lastError?.hasPrefix("fan-out not finished by the database, tried again: SQLSTATE 55P03") == true,
+                    "\(waited.lastError ?? "no lastError")")
+            #expect(sender.pushes.isEmpty)
+
+            try api.query("ROLLBACK")
+            while ContinuousClock.now < deadline, try db.eventStatus(id).status == .pending {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            stop.request(grace: .seconds(5))
+            await running.value
+            let final = try db.eventStatus(id)
+            #expect(final.status == .done)
+            #expect(final.attempts >= 3, "each lock timeout is an attempt")
+            #expect(sender.pushes.map(\.token) == ["token-a"])
         }
     }
 

@@ -125,4 +125,27 @@ struct EventFateTests {
             == "fan-out refused by the database: SQLSTATE 54000: index row size 9000 exceeds maximum")
         #expect(EventFate.refused(.outcome, sqlState: nil, message: "x") == "outcome refused by the database: SQLSTATE ?: x")
     }
+
+    /// A fan-out the database did not finish this time (a lock wait past lock_timeout, a deadlock, a serialization
+    /// failure, a statement timeout) is a failed attempt with the event's backoff, DEAD only when the attempts run out;
+    /// a statement refused for what is in it goes DEAD at once.
+    @Test(arguments: ["55P03", "40P01", "40001", "57014"])
+    func fanOutNotFinished_isAFailedAttempt_untilTheAttemptsRunOut(sqlState: String) {
+        let backoff = Backoff(base: .seconds(2), cap: .seconds(900))
+        let message = "canceling statement due to lock timeout"
+        let retry = EventFate.fanOutFailed(eventId: 7, attempts: 1, maxAttempts: 10, sqlState: sqlState, message: message, backoff: backoff)
+        #expect(retry == .retry(delay: EventFate.retryDelay(eventId: 7, attempts: 1, floor: .zero, backoff: backoff),
+                                reason: "fan-out not finished by the database, tried again: SQLSTATE \(sqlState): \(message)"))
+        #expect(EventFate.fanOutFailed(eventId: 7, attempts: 10, maxAttempts: 10, sqlState: sqlState, message: message, backoff: backoff)
+            == .dead(reason: "fan-out refused by the database: SQLSTATE \(sqlState): \(message)"))
+    }
+
+    @Test func fanOutRefusedForWhatIsInIt_isDeadAtOnce() {
+        let backoff = Backoff()
+        #expect(EventFate.fanOutFailed(eventId: 7, attempts: 1, maxAttempts: 10, sqlState: "54000", message: "index row size 9000 exceeds maximum",
+                                       backoff: backoff)
+            == .dead(reason: "fan-out refused by the database: SQLSTATE 54000: index row size 9000 exceeds maximum"))
+        #expect(EventFate.fanOutFailed(eventId: 7, attempts: 1, maxAttempts: 10, sqlState: nil, message: "x", backoff: backoff)
+            == .dead(reason: "fan-out refused by the database: SQLSTATE ?: x"))
+    }
 }

@@ -5,7 +5,9 @@ import Push
 
 /// Claims due events, validates them and fans them out to devices; returns the groups to send and the events
 /// finished without sending, for the engine loop. A statement that fails for a group of events is retried one event
-/// at a time, so one bad row goes DEAD with the reason and the others go on.
+/// at a time, so one bad row goes DEAD with the reason and the others go on; an event whose fan-out the database could
+/// not finish this time (a lock wait past `lock_timeout`, a deadlock: `EventFate.fanOutFailed`) is a failed attempt,
+/// due again after its backoff.
 struct Claimer: Sendable {
     let store: OutboxStore
     let fanOut: DeliveryFanOut
@@ -40,13 +42,22 @@ struct Claimer: Sendable {
             case .dead(let reason): finished.append(dead(claim, reason))
             }
         }
+        var retries: [(id: Int64, lease: LeaseToken, delay: Duration, reason: String)] = []
         do {
-            result.groups = try await fanOut(valid, leaseDeadline: leaseDeadline, finished: &finished)
+            result.groups = try await fanOut(valid, leaseDeadline: leaseDeadline, finished: &finished, retries: &retries)
         } catch {
             // The database went away mid-claim: give the events back (due again at once) if it is reachable, else
             // their leases expire by themselves.
             try? await store.release(events: claimed.map { ($0.id, $0.lease) }, deliveries: [])
             throw error
+        }
+        if !retries.isEmpty {
+            // Not thrown: the groups above are leased and go to be sent. If this write fails, these events' leases
+            // lapse by themselves, the attempt counted.
+            do { try await store.retry(events: retries) } catch {
+                logger.warning("could not write the events' next attempt; their leases will lapse",
+                               metadata: ["outbox.id": retries.map { String($0.id) }.joined(separator: ","), "error": "\(error)"])
+            }
         }
         result.finished = finished
         return result
@@ -57,9 +68,25 @@ struct Claimer: Sendable {
         return FinishedEvent(id: claim.id, lease: claim.lease, status: .dead, reason: reason)
     }
 
+    /// One event's fan-out failed on its own: DEAD, or a failed attempt due again after its backoff.
+    private func fanOutFailed(_ claim: ClaimedEvent, _ error: PostgresError, finished: inout [FinishedEvent],
+                              retries: inout [(id: Int64, lease: LeaseToken, delay: Duration, reason: String)]) {
+        switch EventFate.fanOutFailed(eventId: claim.id, attempts: claim.attempts, maxAttempts: configuration.maxAttempts,
+                                      sqlState: error.sqlState, message: error.message, backoff: configuration.backoff) {
+        case .dead(let reason):
+            finished.append(dead(claim, reason))
+        case .retry(let delay, let reason):
+            logger.warning("fan-out not finished by the database; the event is due again", metadata: [
+                "outbox.id": "\(claim.id)", "error": reason, "attempt": "\(claim.attempts)", "retry.in": "\(delay)",
+            ])
+            retries.append((claim.id, claim.lease, delay, reason))
+        }
+    }
+
     /// Fans out the valid events, isolating a statement failure to the event that causes it.
     private func fanOut(_ valid: [(claim: ClaimedEvent, event: DoseTakenEvent)], leaseDeadline: ContinuousClock.Instant,
-                        finished: inout [FinishedEvent]) async throws -> [EngineLoop.Claimed] {
+                        finished: inout [FinishedEvent],
+                        retries: inout [(id: Int64, lease: LeaseToken, delay: Duration, reason: String)]) async throws -> [EngineLoop.Claimed] {
         guard let token = valid.first?.claim.lease else { return [] }
         var groups: [EngineLoop.Claimed] = []
         let requests = valid.map { DeliveryFanOut.Request(id: $0.claim.id, eventKey: $0.event.eventKey, patientId: $0.event.patientId,
@@ -77,18 +104,13 @@ struct Claimer: Sendable {
                     skipped(result.skipped, of: [item])
                     groups += self.groups([item], result.deliveries, leaseDeadline: leaseDeadline)
                 } catch let error as PostgresError where !error.isConnectionError {
-                    finished.append(dead(item.claim, Self.reason(error)))
+                    fanOutFailed(item.claim, error, finished: &finished, retries: &retries)
                 }
             }
         } catch let error as PostgresError where !error.isConnectionError {
-            finished.append(dead(valid[0].claim, Self.reason(error)))
+            fanOutFailed(valid[0].claim, error, finished: &finished, retries: &retries)
         }
         return groups
-    }
-
-    /// `"fan-out refused by the database: SQLSTATE 54000: index row size … exceeds …"`.
-    static func reason(_ error: PostgresError) -> String {
-        EventFate.refused(.fanOut, sqlState: error.sqlState, message: error.message)
     }
 
     /// Devices the fan-out did not send to because another registration speaks for their token: counted,
