@@ -127,6 +127,14 @@ public struct Configuration: Sendable {
         let recheck = reader.duration("ENTITLEMENT_RECHECK_INTERVAL", default: Defaults.entitlementRecheckInterval)
         let outboxRetention = reader.duration("OUTBOX_RETENTION", default: Defaults.outboxRetention)
         let deliveryRetention = reader.duration("DELIVERY_RETENTION", default: Defaults.deliveryRetention)
+        if deliveryRetention < eventMaxAge, !reader.hasError("EVENT_MAX_AGE") {
+            // A delivery is younger than its event, and an event older than EVENT_MAX_AGE is never sent: kept at least
+            // that long, no delivery of an event that may still be sent is deleted (one deleted would be fanned out and
+            // sent again: an event not settled yet does not protect its deliveries by key).
+            let value = reader.raw("DELIVERY_RETENTION").map { "\"\($0)\"" } ?? "the default \(ValueParsing.format(deliveryRetention))"
+            reader.fail("DELIVERY_RETENTION", "must be at least EVENT_MAX_AGE (\(ValueParsing.format(eventMaxAge))): a delivery deleted while "
+                + "its event may still be sent would be sent again, got \(value)")
+        }
         let shutdownTimeout = reader.shutdownTimeout()
         let logLevel = reader.logLevel("LOG_LEVEL", default: Defaults.logLevel)
         let appStore = reader.appStore(credentials: credentials)

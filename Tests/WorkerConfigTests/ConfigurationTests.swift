@@ -159,6 +159,23 @@ struct ConfigurationTests {
         #expect(error?.description.split(separator: "\n").count == 5)
     }
 
+    /// Deliveries kept for less than EVENT_MAX_AGE could be deleted while their event may still be sent (an event not
+    /// settled yet does not protect them), and each one deleted would be sent again: refused, naming both settings,
+    /// whether DELIVERY_RETENTION was set short or EVENT_MAX_AGE raised past its default.
+    @Test(arguments: [(retention: "1h", maxAge: nil, got: #"got "1h""#), (retention: nil, maxAge: "60d", got: "got the default 30d")] as [(String?, String?, String)])
+    func deliveryRetentionShorterThanEventMaxAge_isRefused(retention: String?, maxAge: String?, got: String) throws {
+        var environment = try Self.baseEnvironment()
+        environment["DELIVERY_RETENTION"] = retention
+        environment["EVENT_MAX_AGE"] = maxAge
+        let error = #expect(throws: ConfigurationErrors.self) { try Configuration.load(from: environment) }
+        #expect(error?.errors.map(\.variable) == ["DELIVERY_RETENTION"])
+        let expected = "DELIVERY_RETENTION: must be at least EVENT_MAX_AGE (\(maxAge ?? "1d")): a delivery deleted while its event may still be sent "
+            + "would be sent again, \(got)"
+        #expect(error?.description.contains(expected) == true, "\(error?.description ?? "")")
+        environment["DELIVERY_RETENTION"] = maxAge ?? "24h"
+        #expect(throws: Never.self) { try Configuration.load(from: environment) }
+    }
+
     /// A refused value is quoted in its problem: one set with a line break (or a terminal escape) in it stays on the
     /// setting's one line.
     @Test func refusedValue_withALineBreak_staysOnItsSettingsLine() throws {
