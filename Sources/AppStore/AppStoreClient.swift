@@ -73,6 +73,8 @@ public struct AppStoreClient: Sendable {
         case signedTransaction(String)
         /// 404 (errorCode 4040010: transaction id not found).
         case notFound(errorCode: Int?)
+        /// 400 (errorCode 4000006: not a valid transaction id): the row's id is at fault, not Apple.
+        case invalidRequest(errorCode: Int?)
         /// 429; `retryAt` from Retry-After (UNIX time in milliseconds) when present.
         case rateLimited(retryAt: Date?)
         case unauthorized
@@ -146,6 +148,7 @@ public struct AppStoreClient: Sendable {
             guard let signed = object?["signedTransactionInfo"]?.stringValue else { return .serverError(status: 200) }
             return .signedTransaction(signed)
         case 404: return .notFound(errorCode: object?["errorCode"]?.intValue)
+        case 400: return .invalidRequest(errorCode: object?["errorCode"]?.intValue)
         case 429: return .rateLimited(retryAt: Self.retryAt(response))
         case 401: return .unauthorized
         default: return .serverError(status: response.status)

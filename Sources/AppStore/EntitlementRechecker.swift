@@ -54,7 +54,8 @@ public final class EntitlementRechecker: Service {
         dueGauge = context.metrics.gauge("entitlements_due", help: "Entitlements whose next App Store check is due now.")
         oldestGauge = context.metrics.gauge("entitlement_oldest_overdue_seconds",
                                     help: "How long the most overdue entitlement check has waited (0 when none is due).")
-        for result in ["active", "revoked", "restored", "not_found", "rate_limited", "unauthorized", "server_error", "transport_error"] {
+        for result in ["active", "revoked", "restored", "not_found", "invalid_transaction_id", "rate_limited", "unauthorized", "server_error",
+                       "transport_error"] {
             count(result, increment: false)
         }
     }
@@ -176,7 +177,7 @@ public final class EntitlementRechecker: Service {
             return .failed
         }
         switch answer {
-        case .signedTransaction, .notFound, .rateLimited: context.keyFaults.accepted(environment)
+        case .signedTransaction, .notFound, .invalidRequest, .rateLimited: context.keyFaults.accepted(environment)
         case .unauthorized, .serverError, .transportError: break
         }
         switch answer {
@@ -196,6 +197,11 @@ public final class EntitlementRechecker: Service {
             context.logger.warning("transaction not found at Apple; entitlement unchanged",
                            metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
             return try await fail("not_found")
+        case .invalidRequest(let code):
+            // The row's transaction id, not Apple: a server error would send an operator to Apple's status page.
+            context.logger.warning("App Store refused the row's transaction id as not valid; entitlement unchanged",
+                           metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
+            return try await fail("invalid_transaction_id")
         case .rateLimited(let retryAt):
             pacer.pause(untilDate: retryAt)
             context.logger.notice("App Store rate limit; pausing this environment",

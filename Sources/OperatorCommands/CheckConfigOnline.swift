@@ -217,7 +217,7 @@ enum OnlineChecks {
         case .notFound(let code):
             return OnlineCheck(check: "app_store", ok: true,
                                detail: "\(url) accepted \(identity) (an unknown transaction: 404\(code.map { " \($0)" } ?? ""))")
-        case .signedTransaction, .serverError(status: 400):
+        case .signedTransaction, .invalidRequest:
             return OnlineCheck(check: "app_store", ok: true, detail: "\(url) accepted \(identity)")
         case .unauthorized:
             return OnlineCheck(check: "app_store", ok: false,

@@ -184,6 +184,26 @@ struct EntitlementRecheckerTests {
         }
     }
 
+    /// Apple's 400 (4000006) for a transaction id that is not valid names the row, not an outage: counted and logged as
+    /// such (before: "App Store server error", `server_error`), the row left as it was and tried again after its backoff.
+    @Test func invalidTransactionId_isTheRowsFault_notAServerError() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let sink = MemorySink()
+            let rig = try Self.rig(conninfo, sink: sink)
+            defer { rig.stop() }
+            try await Self.insert(rig.db, id: "e-bad-id", transaction: "not-a-transaction-id")
+            rig.production.answer("not-a-transaction-id", .invalidTransactionId)
+            _ = try await rig.rechecker.runOnce()
+            #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": "invalid_transaction_id"]) == 1)
+            #expect(rig.metrics.value("entitlement_checks_total", labels: ["result": "server_error"]) == 0)
+            let row = try await Self.row(rig.db, "e-bad-id")
+            #expect(row.status == .active && !row.checked)
+            let line = sink.entries.first { $0.metadata["entitlement.id"] == "e-bad-id" }
+            #expect(line?.message == "App Store refused the row's transaction id as not valid; entitlement unchanged")
+            #expect(line?.metadata["appstore.error_code"] == "4000006")
+        }
+    }
+
     @Test func reversedRefund_restoresOnlyOnVerifiedEvidence_andOthersRevocationsAreLeftAlone() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try Self.rig(conninfo)

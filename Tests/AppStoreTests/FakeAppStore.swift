@@ -12,6 +12,8 @@ final class FakeAppStore: Sendable {
     enum Answer: Sendable {
         case signed(String)
         case notFound
+        /// 400 errorCode 4000006, as Apple answers a transaction id that is not valid.
+        case invalidTransactionId
         case rateLimited(retryAtMillis: Int64)
         case status(Int)
         /// Holds the request until `stop()` (or 30 s): a lookup in flight when the worker is told to stop.
@@ -130,6 +132,7 @@ final class FakeAppStore: Sendable {
         case .rateLimited(let millis)?:
             return .json(429, #"{"errorCode":4290000,"errorMessage":"Rate limit exceeded."}"#, headers: ["Retry-After": "\(millis)"])
         case .status(let status)?: return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#)
+        case .invalidTransactionId?: return .json(400, #"{"errorCode":4000006,"errorMessage":"Invalid transaction id."}"#)
         case .stall?:
             state.withLock { $0.stalled += 1 }
             // On the HTTP server's connection thread: until `stop()`, for at most 30 s.
