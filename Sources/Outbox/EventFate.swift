@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Postgres
 import Push
 import Timekeeping
 
@@ -59,18 +60,15 @@ public enum EventFate {
         case dead(reason: String)
     }
 
-    /// SQLSTATEs that say the database could not finish the statement this time, not that anything in it was wrong: a
-    /// lock wait past `lock_timeout` (the API holding a recipient's row in a long transaction), a deadlock, a
-    /// serialization failure, a statement past `statement_timeout` or cancelled.
-    static let passingSQLStates: Set<String> = ["55P03", "40P01", "40001", "57014"]
-
-    /// A fan-out the database did not finish (`attempts` includes this one): a passing failure (`passingSQLStates`) is a
-    /// failed attempt, retried after the event's backoff until the attempts run out; anything else is the event's own
-    /// (an index row too large, a constraint), which would fail the same way every time, so it goes DEAD at once.
+    /// A fan-out the database did not finish (`attempts` includes this one): a transient failure
+    /// (`PostgresError.transientSQLStates`: a lock wait past `lock_timeout` while the API holds a recipient's row, a
+    /// deadlock, a statement timeout) is a failed attempt, retried after the event's backoff until the attempts run out;
+    /// anything else is the event's own (an index row too large, a constraint), which would fail the same way every
+    /// time, so it goes DEAD at once.
     public static func fanOutFailed(eventId: Int64, attempts: Int, maxAttempts: Int, sqlState: String?, message: String,
                                     backoff: Backoff) -> FanOutFailure {
         let reason = refused(.fanOut, sqlState: sqlState, message: message)
-        guard let sqlState, passingSQLStates.contains(sqlState), attempts < maxAttempts else { return .dead(reason: reason) }
+        guard let sqlState, PostgresError.transientSQLStates.contains(sqlState), attempts < maxAttempts else { return .dead(reason: reason) }
         return .retry(delay: retryDelay(eventId: eventId, attempts: attempts, floor: .zero, backoff: backoff),
                       reason: "fan-out not finished by the database, tried again: SQLSTATE \(sqlState): \(message.prefix(300))")
     }

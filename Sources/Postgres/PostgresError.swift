@@ -42,11 +42,13 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
             || sqlState == "25006"
     }
 
-    /// True when the same statement may succeed if simply run again: a deadlock or serialization failure
-    /// (40P01, 40001) or a lock wait that timed out (55P03). Nothing about the statement itself was wrong.
-    public var isTransient: Bool {
-        sqlState == "40P01" || sqlState == "40001" || sqlState == "55P03"
-    }
+    /// SQLSTATEs after which the same statement may succeed if simply run again: a deadlock or serialization failure
+    /// (40P01, 40001), a lock wait that timed out (55P03), a statement past `statement_timeout` or cancelled (57014).
+    /// Nothing about the statement itself was wrong; the database could not finish it this time.
+    public static let transientSQLStates: Set<String> = ["40P01", "40001", "55P03", "57014"]
+
+    /// The SQLSTATE is one of `transientSQLStates`.
+    public var isTransient: Bool { sqlState.map(Self.transientSQLStates.contains) ?? false }
 
     /// The kind and SQLSTATE only (`postgres connectionFailed [08006]`), for places that face a network such as
     /// `/readyz`: libpq's and the server's text can name hosts, users and parts of a connection string.

@@ -29,6 +29,46 @@ struct BackpressureTests {
             """)
     }
 
+    /// The first `times` status changes of deliveries are cancelled as a statement timeout cancels them (57014,
+    /// `query_canceled`), counted by a sequence, which a rolled-back transaction does not roll back.
+    static func cancelDeliveryUpdates(_ db: Fixtures, times: Int) throws {
+        try db.connection.query("CREATE SEQUENCE test_cancelled_updates")
+        try db.connection.query("""
+            CREATE FUNCTION test_cancel_delivery_update() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.status IS DISTINCT FROM OLD.status AND nextval('test_cancelled_updates') <= \(unescaped: String(times)) THEN
+                    RAISE EXCEPTION 'canceling statement due to statement timeout' USING ERRCODE = 'query_canceled';
+                END IF;
+                RETURN NEW;
+            END $$
+            """)
+        try db.connection.query("""
+            CREATE TRIGGER test_cancel_delivery_update BEFORE UPDATE ON "PushDelivery"
+            FOR EACH ROW EXECUTE FUNCTION test_cancel_delivery_update()
+            """)
+    }
+
+    /// A completion flush past `statement_timeout` is the database too slow this time, not a bad row: it is written
+    /// again whole, every event ends DONE and every push is sent once (before: the flush was split and its rows written
+    /// one at a time, the first of which was cancelled too and taken as refused: its delivery left to be sent again, or
+    /// its event DEAD with every push sent).
+    @Test func completionPastTheStatementTimeout_isWrittenAgain_notRefused() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a", "token-b"])
+            for group in 0..<10 { try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "timeout-\(group)")) }
+            try Self.cancelDeliveryUpdates(db, times: 2)
+            let sender = FakeSender()
+            try await makeWorker(conninfo, sender: sender).0.drain()
+            let statuses = try db.connection.query(#"SELECT status, count(*) AS n FROM "PushOutbox" GROUP BY status"#)
+                .map { "\(try $0["status"].string())=\(try $0["n"].int())" }
+            #expect(statuses == ["DONE=10"])
+            #expect(sender.pushes.count == 20)
+            #expect(Set(sender.pushes.map { "\($0.token) \($0.eventKey)" }).count == 20)
+            #expect(try Self.sentRows(db) == 20)
+        }
+    }
+
     static func sentRows(_ db: Fixtures) throws -> Int {
         try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int()
     }

@@ -237,8 +237,8 @@ final class Completer: Sendable {
     /// One transaction for the batch. A database outage is ridden out for as long as the engine runs (answered
     /// work keeps its slots and leases meanwhile, so nothing new is sent and nothing is re-sent); it is given up
     /// only once the stop deadline has passed, when the leases expire and the work is retried. A deadlock with
-    /// another writer is retried whole; a statement the server refuses is retried item by item so one bad row
-    /// cannot hold the others back.
+    /// another writer, a lock wait or a statement timeout (`PostgresError.isTransient`) is retried whole; a statement
+    /// the server refuses is retried item by item so one bad row cannot hold the others back.
     private func write(_ batch: OutboxStore.Completion) async {
         guard !batch.isEmpty else { return }
         var attempt = 0
