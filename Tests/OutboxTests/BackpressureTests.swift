@@ -69,6 +69,56 @@ struct BackpressureTests {
         }
     }
 
+    /// The database refuses every outcome write for a while (a statement timeout, or an API trigger), while the lease
+    /// extensions go through: the completer retries, and between its tries the heartbeat renews the leases of what was
+    /// answered, so no other instance claims it and sends it again (before: the completer kept the write turn through
+    /// its retries, the heartbeat waited behind it, and the leases lapsed). Once the writes go through, the push is
+    /// recorded, sent once.
+    @Test func outcomesRefusedForAWhile_theHeartbeatKeepsRenewingTheirLeases() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let db = try Fixtures(conninfo)
+            try db.caredForPatient(tokens: ["token-a"])
+            let id = try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "refused-for-a-while"))
+            try Self.cancelDeliveryUpdates(db, times: 1_000_000)
+            let sender = FakeSender()
+            let (engine, _, _) = makeWorker(conninfo, sender: sender) { $0.lease = .seconds(6) }
+            let stop = StopSignal()
+            let running = Task { await engine.run(until: stop) }
+            /// The delivery's lease: its token and expiry (epoch seconds).
+            func lease() throws -> (token: String, expiry: Double)? {
+                try db.connection.query(#"SELECT "leaseToken"::text AS t, extract(epoch FROM "leaseExpiresAt")::float8 AS s FROM "PushDelivery" WHERE "leaseToken" IS NOT NULL"#)
+                    .first.map { (try $0["t"].string(), try $0["s"].double()) }
+            }
+            let deadline = ContinuousClock.now + .seconds(30)
+            var first: (token: String, expiry: Double)?
+            while ContinuousClock.now < deadline, first == nil {
+                if !sender.pushes.isEmpty { first = try lease() }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let answered = try #require(first, "the push was not answered")
+            // Until that lease is renewed past its first expiry, or it is gone or past (as before: it lapsed, and the
+            // delivery was claimed again under a new lease and sent a second time).
+            var renewed = false
+            while ContinuousClock.now < deadline {
+                let now = try db.connection.query("SELECT extract(epoch FROM now())::float8 AS s")[0]["s"].double()
+                guard let current = try lease(), current.token == answered.token, now < answered.expiry + 1 else { break }
+                if current.expiry > answered.expiry { renewed = true; break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(renewed, "the answered delivery's lease was not renewed while its outcome was refused")
+
+            try db.connection.query(#"DROP TRIGGER test_cancel_delivery_update ON "PushDelivery""#)
+            while ContinuousClock.now < deadline, try db.eventStatus(id).status == .pending {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            stop.request(grace: .seconds(5))
+            await running.value
+            #expect(try db.eventStatus(id).status == .done)
+            #expect(try Self.sentRows(db) == 1)
+            #expect(sender.pushes.count == 1)
+        }
+    }
+
     static func sentRows(_ db: Fixtures) throws -> Int {
         try db.connection.query(#"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.sent)"#)[0]["n"].int()
     }

@@ -236,7 +236,8 @@ final class Completer: Sendable {
 
     /// One transaction for the batch. A database outage is ridden out for as long as the engine runs (answered
     /// work keeps its slots and leases meanwhile, so nothing new is sent and nothing is re-sent); it is given up
-    /// only once the stop deadline has passed, when the leases expire and the work is retried. A deadlock with
+    /// only once the stop deadline has passed, when the leases expire and the work is retried. Called holding the
+    /// write turn, which it passes to the heartbeat while it waits to try again. A deadlock with
     /// another writer, a lock wait or a statement timeout (`PostgresError.isTransient`) is retried whole; a statement
     /// the server refuses is retried item by item so one bad row cannot hold the others back.
     private func write(_ batch: OutboxStore.Completion) async {
@@ -256,7 +257,11 @@ final class Completer: Sendable {
                                  metadata: ["error": "\(error)", "outbox.items": "\(batch.count)"])
                     return
                 }
+                // The heartbeat's turn meanwhile: the leases of this batch's work (and the rest held) stay renewed while
+                // the database refuses only this write, so no other instance claims what was answered and sends it again.
+                turn.pass()
                 try? await Task.sleep(for: Self.retryBackoff.delay(afterAttempt: attempt))
+                await turn.take()
             } catch {
                 guard batch.count > 1 else {
                     logger.error("a result was refused by the database", metadata: ["error": "\(error)"])
