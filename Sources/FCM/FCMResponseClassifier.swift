@@ -20,10 +20,15 @@ public enum FCMResponseClassifier {
 
     /// FCM's message for an invalid registration token.
     static let invalidTokenMessage = "registration token"
+    /// FCM's message (400 INVALID_ARGUMENT) for an iOS token APNs has retired (the app uninstalled): APNs answered 410
+    /// Unregistered, which the ApnsError detail carries when present. firebase-admin surfaces it as
+    /// `messaging/invalid-argument: APNs device token is disabled.`
+    static let apnsTokenDisabledMessage = "APNs device token is disabled"
 
     static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
     static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
     static let quotaFailureType = "type.googleapis.com/google.rpc.QuotaFailure"
+    static let apnsErrorType = "type.googleapis.com/google.firebase.fcm.v1.ApnsError"
     /// The retry reason of a 429 for one device's message rate (not the project's quota).
     public static let deviceQuotaReason = "QUOTA_EXCEEDED_DEVICE"
     /// The retry reason of a 429 for the project's quota.
@@ -40,16 +45,22 @@ public enum FCMResponseClassifier {
         public var badRequestFields: [String]?
         /// Each QuotaFailure violation's `subject`, `description` (and `quotaId`, `quotaMetric` when present), joined.
         public var quotaViolations: [String]?
+        /// `statusCode` and `reason` of the ApnsError detail: what APNs answered FCM for an iOS token.
+        public var apnsStatusCode: Int?
+        public var apnsReason: String?
 
         /// True when the QuotaFailure detail says one device's message rate ran out, not the project's quota.
         public var isDeviceQuota: Bool {
             quotaViolations?.contains { $0.lowercased().contains("device") } ?? false
         }
 
-        /// True when the error names the registration token: by message, or by a `message.token` field violation.
+        /// True when the error names the registration token: by message, or by a `message.token` field violation; or
+        /// says APNs has retired the token (by message, or APNs' own 410 Unregistered in the ApnsError detail).
         public var namesRegistrationToken: Bool {
             (message?.contains(FCMResponseClassifier.invalidTokenMessage) ?? false)
                 || (badRequestFields?.contains("message.token") ?? false)
+                || (message?.contains(FCMResponseClassifier.apnsTokenDisabledMessage) ?? false)
+                || apnsStatusCode == 410 || apnsReason == "Unregistered"
         }
 
         /// Parses the body; nil when it is not Google's error shape.
@@ -68,6 +79,9 @@ public enum FCMResponseClassifier {
                     parsed.fcmErrorCode = detail["errorCode"]?.stringValue
                 case badRequestType?:
                     parsed.badRequestFields = objects(detail["fieldViolations"]).compactMap { $0["field"]?.stringValue }
+                case apnsErrorType?:
+                    parsed.apnsStatusCode = detail["statusCode"]?.intValue
+                    parsed.apnsReason = detail["reason"]?.stringValue
                 case quotaFailureType?:
                     parsed.quotaViolations = objects(detail["violations"]).map { violation in
                         ["subject", "description", "quotaId", "quotaMetric"].compactMap { violation[$0]?.stringValue }.joined(separator: " ")

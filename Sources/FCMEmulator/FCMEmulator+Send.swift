@@ -229,6 +229,9 @@ extension FCMEmulator {
                                              errorCode: "INVALID_ARGUMENT") }),
             ("invalidtokenfield-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.",
                                                        errorCode: "INVALID_ARGUMENT", violation: ("message.token", "Invalid registration token")) }),
+            // An iOS token APNs has retired (410 Unregistered), as FCM answers it: 400 INVALID_ARGUMENT with the ApnsError detail.
+            ("apnsdisabled-", { Self.googleError(400, "INVALID_ARGUMENT", "APNs device token is disabled.", errorCode: "INVALID_ARGUMENT",
+                                                 apns: (410, "Unregistered")) }),
             // INVALID_ARGUMENT naming no field, and a payload violation on another field: the message is wrong, not the device.
             ("badarg-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.", errorCode: "INVALID_ARGUMENT") }),
             ("payload-", { Self.googleError(400, "INVALID_ARGUMENT", "Request contains an invalid argument.", errorCode: "INVALID_ARGUMENT",
@@ -280,10 +283,14 @@ extension FCMEmulator {
     /// Google's error JSON (`error.code/message/status/details[]`), with an FcmError detail when given.
     static func googleError(_ code: Int, _ status: String, _ message: String, errorCode: String?, retryAfter: String? = nil,
                             violation: (field: String, description: String)? = nil,
-                            quota: (subject: String, description: String)? = nil) -> HTTPServerResponse {
+                            quota: (subject: String, description: String)? = nil,
+                            apns: (statusCode: Int, reason: String)? = nil) -> HTTPServerResponse {
         var error: [String: Any] = ["code": code, "message": message, "status": status]
         var details: [[String: Any]] = []
         if let errorCode { details.append(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": errorCode]) }
+        if let apns {
+            details.append(["@type": "type.googleapis.com/google.firebase.fcm.v1.ApnsError", "statusCode": apns.statusCode, "reason": apns.reason])
+        }
         if let quota {
             // Which quota ran out: the project's message rate, or one device's.
             details.append(["@type": "type.googleapis.com/google.rpc.QuotaFailure",

@@ -74,6 +74,7 @@ struct FCMSenderTests {
         ("mismatch-1", .tokenInvalid(.senderIdMismatch, witnessed: false)),
         ("invalid-1", .tokenInvalid(.invalidToken, witnessed: false)),
         ("invalidtokenfield-1", .tokenInvalid(.invalidToken, witnessed: false)),
+        ("apnsdisabled-1", .tokenInvalid(.invalidToken, witnessed: false)),
         ("badarg-1", .permanentFailure(reason: "INVALID_ARGUMENT: Request contains an invalid argument.")),
         ("payload-1", .permanentFailure(reason: "INVALID_ARGUMENT: bad field message.apns.payload")),
         ("denied-1", .retry(reason: "PROJECT_FAULT: PERMISSION_DENIED", after: nil, minimumBackoff: nil)),
@@ -103,13 +104,14 @@ struct FCMSenderTests {
             ("notfound-1", .tokenInvalid(.notFound, witnessed: true)),
             ("invalid-1", .tokenInvalid(.invalidToken, witnessed: true)),
             ("invalidtokenfield-1", .tokenInvalid(.invalidToken, witnessed: true)),
+            ("apnsdisabled-1", .tokenInvalid(.invalidToken, witnessed: true)),
             ("mismatch-1", .tokenInvalid(.senderIdMismatch, witnessed: true)),
         ]
         for (token, outcome) in expected {
             #expect(await rig.sender.send(Self.push(token)) == outcome, "\(token)")
         }
         #expect(rig.metrics.value("fcm_disabling_answers_total", labels: ["answer": "NOT_FOUND", "verdict": "witnessed"]) == 1)
-        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 6)
         // A dry run reaches no phone.
         #expect(rig.emulator.receivedMessages.count == 1)
         #expect(rig.metrics.value("fcm_send_paused", labels: ["cause": "project"]) == 0)
@@ -118,7 +120,7 @@ struct FCMSenderTests {
         async let dead = rig.sender.send(Self.push("unregistered-2"))
         for index in 1..<50 { _ = await rig.sender.send(Self.push("good-\(index)")) }
         #expect(await dead == .tokenInvalid(.unregistered, witnessed: true))
-        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 5)
+        #expect(rig.metrics.value("fcm_dry_runs_total", labels: ["result": "accepted"]) == 6)
     }
 
     /// The phone this process last saw accepted was uninstalled since; another owner's phone is still good. A made-up

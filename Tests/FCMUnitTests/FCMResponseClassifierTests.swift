@@ -45,6 +45,23 @@ struct FCMResponseClassifierTests {
     }
 
     /// INVALID_ARGUMENT naming another field, or none, is a payload bug: FAILED, the device kept.
+    /// An iOS token APNs has retired (the app uninstalled), as FCM answers it: 400 INVALID_ARGUMENT "APNs device token is
+    /// disabled." with APNs' 410 Unregistered in an ApnsError detail; firebase-admin shows only the message. Either is
+    /// evidence against the token (before: a payload bug, FAILED and logged as an operator's error at every dose, the
+    /// device never disabled). Another APNs answer in the detail, with another message, names nothing: a payload bug.
+    @Test func apnsRetiredToken_isTokenInvalid() {
+        let apns = #"{"@type":"type.googleapis.com/google.firebase.fcm.v1.ApnsError","statusCode":410,"reason":"Unregistered"}"#
+        let fcm = #"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"}"#
+        let full = Array(#"{"error":{"code":400,"message":"APNs device token is disabled.","status":"INVALID_ARGUMENT","details":[\#(fcm),\#(apns)]}}"#.utf8)
+        #expect(classify(400, full) == .outcome(.tokenInvalid(.invalidToken)))
+        #expect(classify(400, Self.body(400, "INVALID_ARGUMENT", message: "APNs device token is disabled.")) == .outcome(.tokenInvalid(.invalidToken)))
+        let detailOnly = Array(#"{"error":{"code":400,"message":"\#(Self.invalidArgumentMessage)","status":"INVALID_ARGUMENT","details":[\#(fcm),\#(apns)]}}"#.utf8)
+        #expect(classify(400, detailOnly) == .outcome(.tokenInvalid(.invalidToken)))
+        let otherAPNs = #"{"@type":"type.googleapis.com/google.firebase.fcm.v1.ApnsError","statusCode":400,"reason":"PayloadTooLarge"}"#
+        let payload = Array(#"{"error":{"code":400,"message":"\#(Self.invalidArgumentMessage)","status":"INVALID_ARGUMENT","details":[\#(fcm),\#(otherAPNs)]}}"#.utf8)
+        #expect(classify(400, payload) == .outcome(.permanentFailure(reason: "INVALID_ARGUMENT: \(Self.invalidArgumentMessage)")))
+    }
+
     @Test func invalidArgument_notNamingTheToken_isAPayloadBug() {
         let otherField = classify(400, Self.body(400, "INVALID_ARGUMENT", fcm: "INVALID_ARGUMENT", badRequest: "message.data[0].value",
                                                  message: Self.invalidArgumentMessage))

@@ -89,20 +89,21 @@ struct DisableWitnessFleetTests {
 
     // MARK: The small deployment
 
-    /// One caregiver, one healthy phone and three dead ones (uninstalled, another project's, an invalid token), plus one
-    /// whose APNs credentials fail: the healthy phone's 200 witnesses the three, which are disabled in one drain; the
-    /// event ends DONE; sending never pauses; no dry run is needed.
+    /// One caregiver, one healthy phone and four dead ones (uninstalled, another project's, an invalid token, one whose
+    /// token APNs retired: FCM's 400 "APNs device token is disabled."), plus one whose APNs credentials fail: the healthy
+    /// phone's 200 witnesses the four, which are disabled in one drain; the event ends DONE; sending never pauses.
     @Test func oneHealthyPhone_witnessesThreeDead_eventDone() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             try await Self.withInstances(1, conninfo: conninfo) { instances, emulator in
                 let db = try Fixtures(conninfo)
-                try db.caredForPatient(tokens: ["good-phone", "unregistered-old", "mismatch-other", "invalid-typo", "thirdparty-apns"])
+                try db.caredForPatient(tokens: ["good-phone", "unregistered-old", "mismatch-other", "invalid-typo", "apnsdisabled-uninstalled",
+                                                "thirdparty-apns"])
                 try db.enqueue(patient: "p1", payload: Fixtures.payload(group: "morning"))
                 try await Self.running([Self.engine(conninfo, sender: instances[0].sender)]) {
                     try await eventually("the event is DONE", timeout: .seconds(20)) { try Self.done(db) == 1 }
                 }
-                #expect(try Self.disabledTokens(db) == ["invalid-typo", "mismatch-other", "unregistered-old"])
-                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDeviceDisabled" WHERE witnessed"#) == 3)
+                #expect(try Self.disabledTokens(db) == ["apnsdisabled-uninstalled", "invalid-typo", "mismatch-other", "unregistered-old"])
+                #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDeviceDisabled" WHERE witnessed"#) == 4)
                 #expect(try Self.count(db, #"SELECT count(*) AS n FROM "PushDelivery" WHERE status = \#(literal: DeliveryStatus.pending)"#) == 0)
                 #expect(emulator.stats.distinctAccepted == 1)
                 #expect(!instances[0].heard.health.all.contains(where: Self.isPaused))
