@@ -48,12 +48,18 @@ public final class NotificationHistoryPoller: PeriodicJob {
     }
 
     /// Polls every environment and type once; nothing when another instance holds the poller's lease.
+    ///
+    /// In each environment the types are read in `types`' order up to one instant, and a type whose window is not read
+    /// to its end (Apple's 5xx, a timeout, a rate limit) ends that environment's round: REFUND_REVERSED is never read
+    /// past what REFUND has been read to. Otherwise a reversal read while its refund's query failed found the row still
+    /// active and was passed by, and the refund read in the next round revoked the row for good (until the sweep).
     public func pollOnce() async throws -> PollSummary {
         try await context.store.withSingletonLease("appstore-notifications") {
             var summary = PollSummary()
             for environment in EntitlementRechecker.environments {
+                let instant = self.context.now()
                 for type in Self.types where !Task.isCancelled {
-                    try await self.poll(environment: environment, type: type, summary: &summary)
+                    guard try await self.poll(environment: environment, type: type, until: instant, summary: &summary) else { break }
                 }
             }
             return summary
@@ -75,9 +81,10 @@ public final class NotificationHistoryPoller: PeriodicJob {
     public func rest(after round: PollSummary?) async -> Duration { context.configuration.notificationPollInterval }
     public func roundFailed(_ error: any Error) { context.logger.warning("notification history poll failed", metadata: ["error": "\(error)"]) }
 
-    private func poll(environment: AppStoreEnvironment, type: String, summary: inout PollSummary) async throws {
-        guard let pacer = context.pacers[environment] else { return }
-        let instant = context.now()
+    /// Reads one type's window up to `instant` (or the end of a window cut short earlier); true when it was read to its
+    /// end, false when it is left for a later round.
+    private func poll(environment: AppStoreEnvironment, type: String, until instant: Date, summary: inout PollSummary) async throws -> Bool {
+        guard let pacer = context.pacers[environment] else { return false }
         let earliest = instant.addingTimeInterval(-Self.retention(environment))
         var checkpoint = try await context.store.checkpoint(environment: environment.rawValue, type: type)
             ?? .init(start: instant.addingTimeInterval(-min(context.configuration.recheckInterval.asSeconds, Self.retention(environment))))
@@ -90,7 +97,7 @@ public final class NotificationHistoryPoller: PeriodicJob {
         var token = checkpoint.paginationToken
         let metadata: LogMetadata = ["appstore.environment": environment.rawValue, "appstore.notification_type": type]
         while !Task.isCancelled {
-            guard await pacer.acquire() else { return }
+            guard await pacer.acquire() else { return false }
             switch await context.client.notificationHistory(environment: environment, type: type, start: checkpoint.start, end: end,
                                                     paginationToken: token) {
             case .page(let page):
@@ -108,7 +115,7 @@ public final class NotificationHistoryPoller: PeriodicJob {
                 } else {
                     let nextStart = max(checkpoint.start, end.addingTimeInterval(-Self.overlap))
                     try await context.store.save(.init(start: nextStart), environment: environment.rawValue, type: type)
-                    return
+                    return true
                 }
             case .badRequest(let code?) where Self.tokenErrors.contains(code) && token != nil:
                 context.logger.notice("notification history token refused; reading the window again", metadata: metadata)
@@ -116,24 +123,25 @@ public final class NotificationHistoryPoller: PeriodicJob {
                 try await context.store.save(.init(start: checkpoint.start, end: end), environment: environment.rawValue, type: type)
             case .badRequest(let code):
                 context.logger.error("notification history request refused", metadata: metadata.merging(["appstore.error_code": code.map(String.init) ?? "-"]) { $1 })
-                return
+                return false
             case .rateLimited(let retryAt):
                 pacer.pause(untilDate: retryAt)
                 context.logger.notice("App Store rate limit on notification history; pausing this environment", metadata: metadata)
-                return
+                return false
             case .unauthorized:
                 pacer.pause(until: .now + context.keyFaults.refused(environment, during: "notification history"))
-                return
+                return false
             case .serverError(let status):
                 context.logger.warning("notification history: App Store server error", metadata: metadata.merging(["http.status": "\(status)"]) { $1 })
-                return
+                return false
             case .transportError(let message):
                 if !Task.isCancelled {
                     context.logger.warning("notification history: App Store unreachable", metadata: metadata.merging(["error": message]) { $1 })
                 }
-                return
+                return false
             }
         }
+        return false
     }
 
     /// Apple's reason, type and percentage of a revocation as log fields.

@@ -44,6 +44,8 @@ final class FakeAppStore: Sendable {
         var queries: [HistoryQuery] = []
         var historyFailure: Int?
         var historyFailAfter = 0
+        /// Notification types whose history queries answer this status (Apple failing one query of a round).
+        var historyFailingTypes: [String: Int] = [:]
         var stalled = 0
         var stopping = false
         var refusingAll = false
@@ -99,6 +101,11 @@ final class FakeAppStore: Sendable {
             $0.historyFailure = status
             $0.historyFailAfter = $0.queries.count + after
         }
+    }
+
+    /// Makes the history queries for `type` answer `status` (nil: answer normally again); other types are answered.
+    func failHistory(type: String, with status: Int?) {
+        state.withLock { $0.historyFailingTypes[type] = status }
     }
 
     /// Answers 401 to every request, as Apple does to a revoked key (until called with false).
@@ -175,6 +182,7 @@ final class FakeAppStore: Sendable {
             guard let type, Self.notificationTypes.contains(type), body["transactionId"] == nil else {
                 return bad(4_000_018, "Invalid request. The notification type or subtype is invalid.")
             }
+            if let status = state.historyFailingTypes[type] { return .json(status, #"{"errorCode":5000000,"errorMessage":"An unknown error occurred."}"#) }
             var offset = 0
             if let token = query.paginationToken {
                 guard let saved = state.tokens[token], saved.query.startMillis == start, saved.query.endMillis == end, saved.query.type == type else {

@@ -217,6 +217,36 @@ struct NotificationHistoryTests {
         }
     }
 
+    /// A refund and its reversal recorded by Apple in one window, and the REFUND query failing (Apple's 500) in the round
+    /// that reads the window: REFUND_REVERSED is not read past REFUND that round, so in the next the refund revokes and
+    /// then its reversal restores (before: the reversal was read that round while the row was still active, passed by,
+    /// its window closed; the refund read next round revoked a paid purchase until the sweep).
+    @Test func refundQueryFailing_reversalIsNotReadPastIt_theRowEndsActive() async throws {
+        try await TestDatabase.withMigratedDatabase { conninfo in
+            let rig = try Self.historyRig(conninfo)
+            defer { rig.stop() }
+            let pki = ApplePKI.shared
+            // Signed inside the test chain's validity (it starts now); recorded by Apple 20 and 15 minutes ago, before the
+            // next window's overlap.
+            let now = Int64(Date().timeIntervalSince1970 * 1000), signed = now + 60_000
+            try await R.insert(rig.db, id: "reversed", transaction: "7820000001")
+            rig.production.record("REFUND", signedPayload: try pki.signedNotification(type: "REFUND", transaction: try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "7820000001", original: "7820000001", revocationDate: signed, revocationReason: 1)), signedDate: signed),
+                atMillis: now - 20 * 60_000)
+            rig.production.record("REFUND_REVERSED", signedPayload: try pki.signedNotification(type: "REFUND_REVERSED", transaction: try pki.signedTransaction(
+                ApplePKI.payload(transactionId: "7820000001", original: "7820000001")), signedDate: signed + 3_600_000),
+                atMillis: now - 15 * 60_000)
+            let history = try #require(rig.rechecker.history)
+            rig.production.failHistory(type: "REFUND", with: 500)
+            _ = try await history.pollOnce()
+            #expect(try await R.row(rig.db, "reversed").status == .active)
+            rig.production.failHistory(type: "REFUND", with: nil)
+            let summary = try await history.pollOnce()
+            #expect(summary.verdicts == ["revoked": 1, "restored": 1])
+            #expect(try await R.row(rig.db, "reversed").status == .active)
+        }
+    }
+
     @Test func windowCutShort_resumesWithItsOwnTokenAfterARestart() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let rig = try Self.historyRig(conninfo)
