@@ -37,7 +37,8 @@ public struct ConcurrentIndex: Sendable {
     }
 }
 
-/// The worker's migrations, in order. Append only: never edit a migration that has shipped.
+/// The worker's migrations, in order. Append only: never edit a migration that has shipped in a release (two were
+/// changed before 0.2.0's: version 4's index built concurrently, version 9 adding instead of renaming).
 public enum Migrations {
     /// Tables the web API owns (docs/database.md); `migrate` refuses to run without them.
     public static let requiredAPITables = ["Patient", "CaregiverPatientLink", "PushDevice", "PushDelivery", "CaregiverEntitlement"]
@@ -162,12 +163,6 @@ public enum Migrations {
             """
             ALTER TABLE "CaregiverEntitlement" ADD COLUMN IF NOT EXISTS "lastCheckError" text
             """,
-            // The sweep's claim: per environment, the rows due soonest, as an index range scan.
-            """
-            CREATE INDEX IF NOT EXISTS "CaregiverEntitlement_recheck_due_idx" ON "CaregiverEntitlement"
-                (environment, (COALESCE("nextCheckAt", '-infinity'::timestamptz)), id)
-                WHERE status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL)
-            """,
             // Notifications are matched by the purchase's original transaction id (already UNIQUE in the API's schema).
             """
             CREATE TABLE IF NOT EXISTS "AppStoreNotificationCheckpoint" (
@@ -180,6 +175,12 @@ public enum Migrations {
                 PRIMARY KEY (environment, "notificationType")
             )
             """,
+        ], concurrentIndexes: [
+            // The sweep's claim: per environment, the rows due soonest, as an index range scan. Built CONCURRENTLY like
+            // every index on the API's tables (its first text built it inside the transaction that added the columns,
+            // holding the API's reads and writes of "CaregiverEntitlement" for the whole build; the definition is the
+            // same, so a database that has it keeps it).
+            ConcurrentIndex("CaregiverEntitlement_recheck_due_idx", on: #""CaregiverEntitlement" (environment, (COALESCE("nextCheckAt", '-infinity'::timestamptz)), id) WHERE status = 'ACTIVE' OR (status = 'REVOKED' AND "revokedAt" IS NOT NULL)"#),
         ]),
         // Room on each PushDelivery page for the row's next version: the completion's UPDATE (status, "sentAt",
         // "fcmMessageId", lease) touches no indexed column, so with room on the page it is a HOT update and writes
@@ -248,25 +249,15 @@ public enum Migrations {
         ]),
         // A disable needs a witness (round 6): the ledger says whether FCM accepted a known-good token after the send
         // began. Only a new deployment's disables are unwitnessed, and the fleet counts those (a partial index keeps the
-        // count off the ledger's history). The share-of-answers rule's `vouched` is renamed, not dropped: the ledger
-        // keeps its rows, and every row before this migration had a healthy answer beside it, so it counts as witnessed.
+        // count off the ledger's history). Every row before this migration had a healthy answer beside it, so it counts as
+        // witnessed (the default), and so do the rows a daemon of the version before writes during a rolling upgrade: it
+        // still writes `vouched`, which stays (migrations add, never drop; this daemon writes `witnessed` and leaves
+        // `vouched` to its default). Changed before 0.2.0 was released: its first text renamed `vouched`, which failed
+        // the older daemons' disables during the upgrade; a database that applied that text has `witnessed` and no
+        // `vouched`, which this daemon reads and writes the same.
         Migration(version: 9, name: "disable ledger: witnessed disables (a disable needs a witness)", statements: [
-            // Once: migrations replayed after an interruption find `witnessed` there, and migration 8 has just added an
-            // empty `vouched` again, which goes.
             """
-            DO $$
-            DECLARE
-                has_witnessed boolean := EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
-                                                 AND table_name = 'PushDeviceDisabled' AND column_name = 'witnessed');
-            BEGIN
-                IF has_witnessed THEN
-                    ALTER TABLE "PushDeviceDisabled" DROP COLUMN IF EXISTS vouched;
-                ELSE
-                    ALTER TABLE "PushDeviceDisabled" RENAME COLUMN vouched TO witnessed;
-                    UPDATE "PushDeviceDisabled" SET witnessed = true WHERE NOT witnessed;
-                END IF;
-            END
-            $$
+            ALTER TABLE "PushDeviceDisabled" ADD COLUMN IF NOT EXISTS witnessed boolean NOT NULL DEFAULT true
             """,
         ], concurrentIndexes: [
             ConcurrentIndex("PushDeviceDisabled_unwitnessed_idx",

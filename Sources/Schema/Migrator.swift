@@ -19,6 +19,8 @@ public struct Migrator: Sendable {
     public var lockTimeout: Duration = .seconds(2)
     /// How many times DDL that timed out on a lock is tried again before `migrate` fails.
     public var lockAttempts = 60
+    /// What it applies: `Migrations.all` (tests apply a prefix, as an earlier version of the daemon would).
+    public var migrations = Migrations.all
 
     public init() {}
 
@@ -96,9 +98,9 @@ public struct Migrator: Sendable {
         defer { _ = try? lease.release(connection) }
 
         let done = Set(try connection.query(Self.appliedVersionsQuery).map { try $0["version"].int() })
-        var report = Report(applied: [], currentVersion: Migrations.all.map(\.version).max() ?? 0)
+        var report = Report(applied: [], currentVersion: migrations.map(\.version).max() ?? 0)
         let settings = TransactionSettings(values: [("lock_timeout", "\(Int(lockTimeout.asSeconds * 1000))ms"), ("statement_timeout", "0")])
-        for migration in Migrations.all where !done.contains(migration.version) {
+        for migration in migrations where !done.contains(migration.version) {
             if !migration.statements.isEmpty {
                 report.lockRetries += try retryingLockTimeouts {
                     try connection.withTransaction(settings: settings) { transaction in

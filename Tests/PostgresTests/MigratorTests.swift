@@ -82,6 +82,53 @@ struct MigratorTests {
         }
     }
 
+    /// Migrations add, never drop (SPEC §2.2): during a rolling upgrade the daemons of the version before run against
+    /// the new schema. Applied one version at a time, as each release would, every column an earlier migration made
+    /// is still there after each later one (before: migration 9 renamed `vouched`, and the older daemons' disables
+    /// failed with 42703 until they were upgraded).
+    @Test func everyMigration_keepsEveryColumnTheEarlierOnesMade() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(connection)
+            func columns() throws -> Set<String> {
+                Set(try connection.query("""
+                    SELECT table_name || '.' || column_name AS c FROM information_schema.columns WHERE table_schema = 'public'
+                    """).map { try $0["c"].string() })
+            }
+            var before = try columns()
+            for migration in Migrations.all {
+                var migrator = Migrator()
+                migrator.migrations = Migrations.all.filter { $0.version <= migration.version }
+                _ = try migrator.migrate(connection)
+                let after = try columns()
+                #expect(before.subtracting(after).isEmpty, "migration \(migration.version) dropped \(before.subtracting(after).sorted())")
+                before = after
+            }
+        }
+    }
+
+    /// An index on a table the API reads and writes is built CONCURRENTLY, outside the migration's transaction: built
+    /// inside it, after DDL took ACCESS EXCLUSIVE, it holds the API's every read and write of that table for the whole
+    /// build (migration 4's entitlement index did). An index inside the transaction is only for a table that migration
+    /// itself creates.
+    @Test func transactionalIndexes_areOnlyOnTablesTheirMigrationCreates() {
+        func quotedName(after keyword: String, in text: String) -> String? {
+            guard let range = text.range(of: keyword) else { return nil }
+            let rest = text[range.upperBound...].drop { $0 == " " || $0 == "\n" }
+            guard rest.first == "\"" else { return nil }
+            return String(rest.dropFirst().prefix { $0 != "\"" })
+        }
+        for migration in Migrations.all {
+            let texts = migration.statements.map(\.description)
+            let created = Set(texts.compactMap { quotedName(after: "CREATE TABLE IF NOT EXISTS", in: $0) })
+            for text in texts where text.contains("CREATE INDEX") || text.contains("CREATE UNIQUE INDEX") {
+                let table = quotedName(after: " ON ", in: text)
+                #expect(table.map(created.contains) == true,
+                        "migration \(migration.version) builds an index on \(table ?? "?") inside its transaction; use concurrentIndexes")
+            }
+        }
+    }
+
     @Test func migrate_withoutAPITablesNamesThem() async throws {
         try await TestDatabase.withEmptyDatabase { conninfo in
             let connection = try PostgresConnection(conninfo: conninfo)
