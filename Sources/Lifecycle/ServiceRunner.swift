@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 
 /// Runs the daemon's services until SIGTERM/SIGINT, then stops them in reverse order
 /// (swift-service-lifecycle's `ServiceGroup`): the last service is asked to stop first, and each
@@ -11,12 +12,16 @@ public final class ServiceRunner: Sendable {
     private let onFailure: @Sendable (any Service, any Error) -> Void
     /// Kept for the runner's lifetime: dropping it stops watching the signals.
     private let signals: SignalWatcher
+    /// SIGHUP, the habit of a reload: nothing is reloaded (the configuration is read at start), and its default action
+    /// would end the process at once, with sends in flight and outcomes unwritten, as an exit systemd does not restart.
+    private let hangups: SignalWatcher
 
     /// Starts watching SIGTERM and SIGINT at once (so a signal during start-up, e.g. while waiting
     /// for the database, already counts). `onSignal` runs first, with the signal's name; then the
     /// shutdown is requested with `grace` for the services to finish.
     public init(grace: Duration, onSignal: @escaping @Sendable (String) -> Void,
-                onFailure: @escaping @Sendable (any Service, any Error) -> Void) {
+                onFailure: @escaping @Sendable (any Service, any Error) -> Void,
+                onHangup: @escaping @Sendable () -> Void = {}) {
         let shutdown = StopSignal()
         self.shutdown = shutdown
         self.grace = grace
@@ -25,6 +30,7 @@ public final class ServiceRunner: Sendable {
             onSignal(name)
             shutdown.request(grace: grace)
         }
+        hangups = SignalWatcher(signals: [SIGHUP]) { _ in onHangup() }
     }
 
     /// Starts `services` in order and returns when the shutdown is complete.

@@ -105,6 +105,8 @@ struct Daemon: Sendable {
             Self.exitAtDeadline(timeout * 0.95, logger: logger)
         }, onFailure: { service, error in
             logger.error("service failed; stopping", metadata: ["service": "\(type(of: service))", "error": "\(error)"])
+        }, onHangup: {
+            logger.notice("SIGHUP ignored: the configuration is read at start; `systemctl restart medication-worker` applies a change")
         })
     }
 
@@ -160,6 +162,9 @@ struct Daemon: Sendable {
                 if attempt % 30 == 0 { logger.warning("database unavailable; retrying", metadata: ["error": Self.loggable(error)]) }
             }
             attempt += 1
+            // The loops have not started: waiting for the database is not a stall (`/healthz` stays 200).
+            health.liveness.beat("outbox")
+            health.liveness.beat("status")
             notifier.notify("STATUS=waiting for the database")
             try? await Task.sleep(for: .seconds(1))
         }

@@ -25,6 +25,11 @@ public struct DeliveryEngineConfiguration: Sendable {
     /// Claim loops running side by side, so one claim's round trips overlap another's.
     public var claimers = 2
     public var pollInterval = Duration.seconds(1)
+    /// How often a claim loop says it is alive (`onProgress`) while it waits: for room (sends FCM has not answered, or
+    /// outcomes a database that is down cannot take), for a wake-up (an idle queue, however long `pollInterval`), for
+    /// the database's answer to a claim. Well inside the daemon's stall limit (25 s), so waiting on a dependency is never
+    /// taken for a wedged loop; a loop that stops turning (its actor stuck) still is.
+    public var aliveEvery = Duration.seconds(5)
     public var lease = Duration.seconds(60)
     public var maxAttempts = 10
     public var eventMaxAge = Duration.seconds(24 * 3600)

@@ -45,8 +45,9 @@ actor EngineLoop {
     private let onProgress: @Sendable () -> Void
     private nonisolated let mailbox = Mutex(Mailbox())
 
-    /// Claimers waiting for room, each with the room it waits for.
-    private var roomWaiters: [(room: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    /// Claimers waiting for room, by id, each with the room it waits for (true: there is room; false: its time is up).
+    private var roomWaiters: [UInt64: (room: Int, continuation: CheckedContinuation<Bool, Never>)] = [:]
+    private var nextRoomWaiter: UInt64 = 0
     /// A stop waiting for the sends in flight to be answered, by id (its deadline may take it back first).
     private var noSendsWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var nextNoSendsWaiter: UInt64 = 0
@@ -134,12 +135,23 @@ actor EngineLoop {
 
     // MARK: Waits
 
-    /// Returns when queued + sending + unwritten leaves at least `room` below the high-water mark (or on stop). Waiting
-    /// for a batch's worth, rather than any room, keeps claims full-sized under a backlog.
-    func waitForRoom(_ room: Int) async {
-        guard !machine.hasRoom(room) else { return }
-        await withCheckedContinuation { roomWaiters.append((room, $0)) }
+    /// Returns true when queued + sending + unwritten leaves at least `room` below the high-water mark (or on stop),
+    /// false once `limit` has passed without (the claimer says it is alive and waits again). Waiting for a batch's worth,
+    /// rather than any room, keeps claims full-sized under a backlog.
+    func waitForRoom(_ room: Int, upTo limit: Duration) async -> Bool {
+        guard !machine.hasRoom(room) else { return true }
+        nextRoomWaiter &+= 1
+        let id = nextRoomWaiter
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            self.roomDeadline(id)
+        }
+        let hasRoom = await withCheckedContinuation { roomWaiters[id] = (room, $0) }
+        timer.cancel()
+        return hasRoom
     }
+
+    private func roomDeadline(_ id: UInt64) { roomWaiters.removeValue(forKey: id)?.continuation.resume(returning: false) }
 
     /// Returns once no send is in flight, or at `deadline`, whichever comes first.
     func waitUntilNoSends(deadline: ContinuousClock.Instant) async {
@@ -215,14 +227,10 @@ actor EngineLoop {
         writer.setStarved(machine.isStarved)
         unwrittenGauge?.set(Double(machine.unwritten))
         if !roomWaiters.isEmpty {
-            let machine = machine
-            var ready: [CheckedContinuation<Void, Never>] = []
-            roomWaiters.removeAll { waiter in
-                guard machine.hasRoom(waiter.room) else { return false }
-                ready.append(waiter.continuation)
-                return true
+            for (id, waiter) in roomWaiters where machine.hasRoom(waiter.room) {
+                roomWaiters.removeValue(forKey: id)
+                waiter.continuation.resume(returning: true)
             }
-            for waiter in ready { waiter.resume() }
         }
         if machine.sending == 0, !noSendsWaiters.isEmpty {
             let ready = noSendsWaiters.values
