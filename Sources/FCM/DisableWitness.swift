@@ -26,6 +26,8 @@ package struct DisableWitness<Waiter> {
         var token: String
         var answered: ContinuousClock.Instant
         var waiter: Waiter
+        /// It came while a project fault stood: the project's answer then, whatever FCM accepts later.
+        var duringFault: Bool
     }
 
     /// How long a disabling answer waits for a real 200 before a dry run is sent.
@@ -47,16 +49,17 @@ package struct DisableWitness<Waiter> {
         self.wait = wait
     }
 
-    /// FCM accepted a push for `token`, sent at `began`: it witnesses every answer that came before that send began.
-    package mutating func accepted(token: String, began: ContinuousClock.Instant) -> [Waiter] {
+    /// FCM accepted a push for `token`, sent at `began`: it witnesses every answer that came before that send began,
+    /// except those that came while a project fault stood (`retryUnjudged`).
+    package mutating func accepted(token: String, began: ContinuousClock.Instant) -> [(Waiter, DisableVerdict)] {
         if lastAccepted.map({ $0.began <= began }) ?? true { lastAccepted = (began, token) }
         fault = nil
-        return take { $0.answered < began }
+        return takeWaiting { $0.answered < began }.map { ($0.waiter, $0.duringFault ? .retry : .witnessed) }
     }
 
     /// A disabling answer for `token`, come at `now`: held for a 200 to a later send, or the dry run.
     package mutating func disabling(token: String, at now: ContinuousClock.Instant, waiter: Waiter) -> Step {
-        waiting.append(Waiting(token: token, answered: now, waiter: waiter))
+        waiting.append(Waiting(token: token, answered: now, waiter: waiter, duringFault: fault != nil))
         guard !checking else { return .wait }
         checking = true
         return .check(after: fault == nil ? wait : .zero)
@@ -108,7 +111,11 @@ package struct DisableWitness<Waiter> {
         case .inconclusive:
             verdict = .retry
         }
-        let decided = take { $0.answered <= taken }.map { ($0, verdict) }
+        // An answer that came while a project fault stood is the project's answer then: a later acceptance (the project
+        // healed before the dry run reached FCM) says nothing of its token, which is sent again (a dead one answers
+        // again, and that answer is judged as any). Before, such a probe's NOT_FOUND was witnessed by the heal and a
+        // healthy phone disabled (seen once in CI's parallel run of the fleet's plain-404 test).
+        let decided = takeWaiting { $0.answered <= taken }.map { ($0.waiter, verdict == .witnessed && $0.duringFault ? .retry : verdict) }
         checking = !waiting.isEmpty
         return (decided, checking)
     }
@@ -122,7 +129,11 @@ package struct DisableWitness<Waiter> {
     }
 
     private mutating func take(where belongs: (Waiting) -> Bool) -> [Waiter] {
-        let taken = waiting.filter(belongs).map(\.waiter)
+        takeWaiting(where: belongs).map(\.waiter)
+    }
+
+    private mutating func takeWaiting(where belongs: (Waiting) -> Bool) -> [Waiting] {
+        let taken = waiting.filter(belongs)
         if !taken.isEmpty { waiting.removeAll(where: belongs) }
         return taken
     }

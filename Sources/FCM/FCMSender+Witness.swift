@@ -70,10 +70,11 @@ final class WitnessDesk: Sendable {
         self.dryRuns = dryRuns
     }
 
-    /// FCM accepted a push for `token`, sent at `began`: every disabling answer that came before is witnessed.
+    /// FCM accepted a push for `token`, sent at `began`: every disabling answer that came before is witnessed (or sent
+    /// again, if it came while a project fault stood).
     func accepted(token: String, began: ContinuousClock.Instant, apply: (DisableWaiter, DisableVerdict) -> Void) {
-        let witnessed = witness.withLock { $0.accepted(token: token, began: began) }
-        for waiter in witnessed { decided(waiter, .witnessed, apply: apply) }
+        let judged = witness.withLock { $0.accepted(token: token, began: began) }
+        for (waiter, verdict) in judged { decided(waiter, verdict, apply: apply) }
     }
 
     /// A disabling answer, come now: held for a witness.
