@@ -1,5 +1,7 @@
 #pragma once
 #include <curl/curl.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* Typed wrappers for libcurl's variadic setopt/getinfo (Swift cannot call C variadics),
    in the style of swift-corelibs-foundation's CFURLSessionInterface. */
@@ -66,7 +68,20 @@ typedef struct {
     /* Sockets: TCP_USER_TIMEOUT in ms (0: the system's), TCP_CORK on each new connection (1) or not (0). */
     unsigned int user_timeout_ms;
     int cork;
+    /* The corked sockets open now: added as libcurl creates a connection's socket, removed as it closes one
+       (CURLOPT_CLOSESOCKETFUNCTION). Written by libcurl's callbacks on the driver thread (and at the client's end, after
+       it is joined); freed with `mw_tls_state_release`. */
+    int *corked;
+    int corked_count;
+    int corked_capacity;
 } mw_tls_state;
+
+/* Frees what `state` holds (not `state` itself). */
+static inline void mw_tls_state_release(mw_tls_state *state) {
+    free(state->corked);
+    state->corked = NULL;
+    state->corked_count = state->corked_capacity = 0;
+}
 
 static int mw_offer_session_copy(SSL *ssl, SSL_SESSION *session) {
     mw_tls_state *state = (mw_tls_state *)SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
@@ -116,9 +131,22 @@ static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
 }
 
 /* CURLOPT_SOCKOPTFUNCTION: a new TCP socket, before it connects. Data left unacknowledged `user_timeout_ms` drops the
-   connection (TCP_USER_TIMEOUT); a connection's socket is corked (TCP_CORK, released at the end of each driver turn:
-   `TransferSockets`). */
-#include <sys/select.h>
+   connection (TCP_USER_TIMEOUT); a connection's socket is corked (TCP_CORK) and kept in `corked` until libcurl closes it
+   (`mw_socket_closed`), so that `mw_release_corked` releases it at the end of each driver turn (`TransferSockets`).
+   The set is the client's own and exact: libcurl's `curl_multi_fdset` is not used for it, as it sees no descriptor past
+   FD_SETSIZE (1,024) and Debian 13's libcurl 8.14 aborts the process there (`Curl_cshutdn_setfds` sets a connection in
+   shutdown without the range check, curl PR 19439). A socket that cannot be kept in the set is not corked. */
+static int mw_track_corked(mw_tls_state *state, int fd) {
+    if (state->corked_count == state->corked_capacity) {
+        int capacity = state->corked_capacity ? state->corked_capacity * 2 : 16;
+        int *grown = (int *)realloc(state->corked, sizeof(int) * (size_t)capacity);
+        if (!grown) return 0;
+        state->corked = grown;
+        state->corked_capacity = capacity;
+    }
+    state->corked[state->corked_count++] = fd;
+    return 1;
+}
 static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpose) {
     mw_tls_state *state = (mw_tls_state *)clientp;
     if (!state) return CURL_SOCKOPT_OK;
@@ -127,32 +155,41 @@ static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpo
         (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
     }
     if (purpose != CURLSOCKTYPE_IPCXN) return CURL_SOCKOPT_OK;
-    if (state->cork && fd < FD_SETSIZE) {
+    if (state->cork && mw_track_corked(state, fd)) {
         int on = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
     }
     return CURL_SOCKOPT_OK;
 }
+/* CURLOPT_CLOSESOCKETFUNCTION: libcurl closes a socket; it leaves `corked` before its descriptor is free again. */
+static int mw_socket_closed(void *clientp, curl_socket_t fd) {
+    mw_tls_state *state = (mw_tls_state *)clientp;
+    if (state) {
+        for (int i = 0; i < state->corked_count; i++) {
+            if (state->corked[i] != fd) continue;
+            state->corked[i] = state->corked[--state->corked_count];
+            break;
+        }
+    }
+    return close(fd);
+}
 static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_tls_state *state) {
     CURLcode code = curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, mw_socket_created);
-    if (code != CURLE_OK) return code;
-    return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, (void *)state);
+    if (code == CURLE_OK) code = curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, (void *)state);
+    if (code == CURLE_OK) code = curl_easy_setopt(handle, CURLOPT_CLOSESOCKETFUNCTION, mw_socket_closed);
+    if (code == CURLE_OK) code = curl_easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, (void *)state);
+    return code;
 }
-/* The descriptors of curl_multi_fdset's sets that are set (fd_set's macros are not visible to Swift): the first
-   `capacity` of them are written to `out`. Returns how many there are, which may be more than `capacity`. */
-static inline int mw_multi_sockets(CURLM *multi, int *out, int capacity) {
-    fd_set readable, writable, failed;
-    FD_ZERO(&readable); FD_ZERO(&writable); FD_ZERO(&failed);
-    int highest = -1;
-    if (curl_multi_fdset(multi, &readable, &writable, &failed, &highest) != CURLM_OK) return 0;
-    int count = 0;
-    for (int fd = 0; fd <= highest; fd++) {
-        if (!FD_ISSET(fd, &readable) && !FD_ISSET(fd, &writable)) continue;
-        if (count < capacity) out[count] = fd;
-        count++;
+/* Sends what was written to each corked socket since the last release, and holds later writes again. */
+static inline void mw_release_corked(mw_tls_state *state) {
+    int off = 0, on = 1;
+    for (int i = 0; i < state->corked_count; i++) {
+        (void)setsockopt(state->corked[i], IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+        (void)setsockopt(state->corked[i], IPPROTO_TCP, TCP_CORK, &on, sizeof on);
     }
-    return count;
 }
+/* How many sockets are corked now. */
+static inline int mw_corked_count(const mw_tls_state *state) { return state->corked_count; }
 
 /* glibc's memfd_create(2): <sys/mman.h> declares it only under _GNU_SOURCE, which Swift's Glibc module is built
    without. MFD_CLOEXEC is 1. */

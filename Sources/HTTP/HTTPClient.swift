@@ -88,6 +88,7 @@ public final class HTTPClient: Sendable {
         // cleanup has closed every connection, so no TLS context points at `tls` any more.
         let shareReleased = curl_share_cleanup(share.raw) == CURLSHE_OK
         assert(shareReleased, "an easy handle outlived the HTTP client's driver")
+        mw_tls_state_release(tls.raw)
         tls.raw.deallocate()
     }
 
@@ -193,8 +194,6 @@ public final class HTTPClient: Sendable {
         let client: HTTPClient
         var running: [UInt64: CurlTransfer] = [:]
         var idle: [CurlTransfer] = []
-        /// The sockets of the transfers in progress, as `TransferSockets` reads them each turn.
-        var socketScratch = [Int32](repeating: -1, count: 64)
         /// An answer came over HTTP/2, and the host connection limit is the multiplexed one.
         var multiplexed = false
         /// CURLMOPT_MAX_HOST_CONNECTIONS as last set.
@@ -256,7 +255,7 @@ public final class HTTPClient: Sendable {
                 curl_multi_perform(multi, &stillRunning)
                 harvest(multi)
                 // What this turn wrote leaves now: one segment per connection.
-                if client.configuration.coalesceWrites { TransferSockets.releaseAll(of: multi, scratch: &socketScratch) }
+                if client.configuration.coalesceWrites { TransferSockets.releaseAll(client.tls.raw) }
                 // Sleep only when nothing is waiting to be admitted; requests queued meanwhile wake the poll.
                 let sleep = client.state.withLock { state -> Bool in
                     let canAdmit = !state.queued.isEmpty && running.count < client.configuration.maxInFlight && !headWaitsForProtocol

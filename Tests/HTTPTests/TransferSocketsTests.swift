@@ -42,11 +42,68 @@ struct TransferSocketsTests {
         #expect(Self.readable(server) == 4)
     }
 
-    /// An HTTP/1.1 server takes a connection per request, so a turn may have written to more sockets than the driver's
-    /// first scratch holds (64): every one is released, not only the first 64 (before, the rest waited for the kernel's
-    /// 200 ms cork limit: 1,837 sends/s at 200 in flight against a 50 ms HTTP/1.1 server, 3,317 after).
-    @Test func release_reachesEverySocketOfTheMulti_pastTheScratchSize() throws {
+    /// An HTTP/1.1 server takes a connection per request, so a turn may have written to hundreds of sockets: every one is
+    /// released (before issue 55's last round, only the first 64 were: the rest waited for the kernel's 200 ms cork limit,
+    /// 1,837 sends/s at 200 in flight against a 50 ms HTTP/1.1 server, 3,317 after).
+    @Test func release_reachesEverySocketOfTheMulti() throws {
         let transfers = 80
+        try Self.withTransfers(transfers) { multi, tls, accepted in
+            TransferSockets.releaseAll(tls)
+            let arrived = accepted.filter { Self.readable($0) > 0 }.count
+            #expect(arrived == transfers, "requests on \(transfers - arrived) connection(s) were left corked")
+        }
+    }
+
+    /// Sockets whose descriptors are past FD_SETSIZE (1,024) are corked and released like the rest, and each leaves the
+    /// client's set when libcurl closes it. Before, the set came from `curl_multi_fdset`, which sees no descriptor past
+    /// 1,024 (so those sockets were left uncorked), and which on Debian 13's libcurl 8.14 aborts the process when a
+    /// connection in shutdown has such a descriptor (curl PR 19439). A daemon's `LimitNOFILE` is 8,192.
+    @Test func socketsPastFD_SETSIZE_areCorkedReleasedAndForgottenWhenClosed() throws {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        try #require(limit.rlim_max >= 1200, "this test needs 1,200 descriptors; the hard limit allows \(limit.rlim_max)")
+        let saved = limit
+        limit.rlim_cur = max(limit.rlim_cur, 1200)
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        // Every free descriptor below 1,024 is taken, so the transfers' sockets come after it.
+        var fillers: [Int32] = []
+        while case let fd = dup(0), fd >= 0 {
+            fillers.append(fd)
+            if fd >= 1024 { break }
+        }
+        defer {
+            for fd in fillers { close(fd) }
+            var restored = saved
+            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &restored)
+        }
+        let transfers = 8
+        try Self.withTransfers(transfers) { multi, tls, accepted in
+            let early = accepted.filter { Self.readable($0) > 0 }.count
+            #expect(early == 0, "\(early) request(s) left before the release: their sockets were not corked")
+            let corked = (0..<Int(mw_corked_count(tls))).map { tls.pointee.corked[$0] }
+            #expect(corked.count == transfers)
+            try #require(corked.contains { $0 >= 1024 }, "no transfer socket past 1,024: \(corked)")
+            TransferSockets.releaseAll(tls)
+            #expect(accepted.filter { Self.readable($0) > 0 }.count == transfers)
+            // The server answers and closes; libcurl closes each connection (FORBID_REUSE), and the set empties.
+            for fd in accepted { _ = send(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n", 46, 0) }
+            var running: Int32 = 1
+            for _ in 0..<500 where running > 0 {
+                curl_multi_perform(multi, &running)
+                TransferSockets.releaseAll(tls)
+                var ready: Int32 = 0
+                curl_multi_wait(multi, nil, 0, 5, &ready)
+            }
+            #expect(running == 0)
+            #expect(mw_corked_count(tls) == 0, "closed sockets still in the set: \(mw_corked_count(tls))")
+        }
+    }
+
+    /// `transfers` plain-HTTP requests in one multi handle, each on its own corked connection to a loopback listener
+    /// that accepts but does not answer; `body` gets the multi handle, the client state and the accepted sockets once
+    /// every request has been written (to its corked socket).
+    static func withTransfers(_ transfers: Int,
+                              _ body: (UnsafeMutableRawPointer, UnsafeMutablePointer<mw_tls_state>, [Int32]) throws -> Void) throws {
         let listener = LoopbackSocket()
         _ = listen(listener.fd, Int32(transfers * 2))
         _ = fcntl(listener.fd, F_SETFL, fcntl(listener.fd, F_GETFL) | O_NONBLOCK)
@@ -59,6 +116,7 @@ struct TransferSocketsTests {
         defer {
             for easy in easies { curl_multi_remove_handle(multi, easy); curl_easy_cleanup(easy) }
             curl_multi_cleanup(multi)
+            mw_tls_state_release(tls)
             tls.deallocate()
             for fd in accepted { close(fd) }
             listener.close()
@@ -85,9 +143,6 @@ struct TransferSocketsTests {
             curl_multi_wait(multi, nil, 0, 5, &ready)
         }
         try #require(accepted.count == transfers)
-        var scratch = [Int32](repeating: -1, count: 64)
-        TransferSockets.releaseAll(of: multi, scratch: &scratch)
-        let arrived = accepted.filter { Self.readable($0) > 0 }.count
-        #expect(arrived == transfers, "requests on \(transfers - arrived) connection(s) were left corked")
+        try body(multi, tls, accepted)
     }
 }
