@@ -150,7 +150,6 @@ public enum Migrations {
             ConcurrentIndex("PushOutbox_dead_idx", on: #""PushOutbox" (id) WHERE status = 'DEAD'"#),
             ConcurrentIndex("PushOutbox_expired_idx", on: #""PushOutbox" (id) WHERE status = 'EXPIRED'"#),
         ]),
-        // Version 3 is reserved for issue 13 (pooler-safe locking); migrations apply by version, so a gap is fine.
         Migration(version: 4, name: "entitlement scheduling: next check, backoff, notification history checkpoint", statements: [
             // When the row is next due. NULL: never scheduled (a row the API just inserted): due at once, first.
             """

@@ -21,6 +21,9 @@ public struct Migrator: Sendable {
     public var lockAttempts = 60
     /// What it applies: `Migrations.all` (tests apply a prefix, as an earlier version of the daemon would).
     public var migrations = Migrations.all
+    /// How long the `migrate` lease lasts without renewal: a `migrate` that died frees it after this. It is renewed
+    /// before every DDL attempt and every index build.
+    public var leaseDuration: Duration = .seconds(120)
 
     public init() {}
 
@@ -45,6 +48,17 @@ public struct Migrator: Sendable {
     /// Records migration `version` as applied.
     static func recordQuery(version: Int, name: String) -> PostgresQuery {
         "INSERT INTO \(sql: bookkeepingSQL) (version, name) VALUES (\(version), \(name)) ON CONFLICT (version) DO NOTHING"
+    }
+
+    /// The API's tables (`Migrations.requiredAPITables`) the session's role may not alter: each `table` with its
+    /// `owner`, and the session's role as `me`. ALTER TABLE needs the owner's role (or membership in it).
+    static var notOwnedTablesQuery: PostgresQuery {
+        let names = Migrations.requiredAPITables.map { "\"\($0)\"" }
+        return """
+            SELECT c.relname AS table, pg_get_userbyid(c.relowner) AS owner, current_user AS me
+            FROM unnest(\(names)::text[]) AS t(name) JOIN pg_class c ON c.oid = to_regclass(t.name)
+            WHERE NOT pg_has_role(current_user, c.relowner, 'USAGE') ORDER BY c.relname
+            """
     }
 
     /// Whether the relation named `relation` (quoted as SQL writes it) exists in the search path (`present`).
@@ -90,12 +104,28 @@ public struct Migrator: Sendable {
                 + missing.map { "\"\($0)\"" }.joined(separator: ", ")
                 + " (run the API's Prisma migrations first; docs/database.md)")
         }
+        if let row = try connection.query(Self.notOwnedTablesQuery).first {
+            let table = try row["table"].string(), owner = try row["owner"].string(), me = try row["me"].string()
+            throw PostgresError(.queryFailed, message: "migrate must run as the owner of the web API's tables: DATABASE_URL "
+                + "connects as \"\(me)\", and \"\(table)\" is owned by \"\(owner)\" (the role that ran the API's Prisma "
+                + "migrations; the daemon's least-privilege role cannot alter them; docs/database.md)", sqlState: "42501")
+        }
         try Self.createIfMissing(connection, Self.createBookkeepingSQL)
         try Self.createIfMissing(connection, SingletonLease.createTableSQL)
 
-        let lease = SingletonLease(name: "migrate", duration: .seconds(120))
+        let lease = SingletonLease(name: "migrate", duration: leaseDuration)
         try waitForLease(lease, connection)
         defer { _ = try? lease.release(connection) }
+        // Renewed before each step that may wait (a DDL attempt, an index build). Should one step outlast the lease
+        // (an index build on a large table past `leaseDuration`), another `migrate` may have taken it: this one stops
+        // rather than apply migrations beside it.
+        let renew = { () throws -> Void in
+            guard try lease.acquire(connection) else {
+                throw PostgresError(.queryFailed, message: "the migrate lease (table \(SingletonLease.table)) passed to another "
+                    + "`migrate` while a step of this one outlasted it (\(Int(leaseDuration.asSeconds)) s); stopped so that "
+                    + "two do not apply migrations at once. The other goes on; run `migrate` again to check")
+            }
+        }
 
         let done = Set(try connection.query(Self.appliedVersionsQuery).map { try $0["version"].int() })
         var report = Report(applied: [], currentVersion: migrations.map(\.version).max() ?? 0)
@@ -103,13 +133,14 @@ public struct Migrator: Sendable {
         for migration in migrations where !done.contains(migration.version) {
             if !migration.statements.isEmpty {
                 report.lockRetries += try retryingLockTimeouts {
+                    try renew()
                     try connection.withTransaction(settings: settings) { transaction in
                         for statement in migration.statements { try transaction.query(statement) }
                     }
                 }
             }
             for index in migration.concurrentIndexes {
-                _ = try lease.acquire(connection)  // renew: an index build may take a while
+                try renew()
                 try Self.buildConcurrently(index, connection)
             }
             try connection.query(Self.recordQuery(version: migration.version, name: migration.name))
@@ -158,7 +189,20 @@ public struct Migrator: Sendable {
             try connection.executeScript("DROP INDEX CONCURRENTLY IF EXISTS \(unescaped: quoted)")
             state = nil
         }
-        if state == nil { try connection.executeScript(index.createSQL) }
+        if state == nil {
+            do {
+                try connection.executeScript(index.createSQL)
+            } catch {
+                guard error.sqlState == "57014" else { throw error }
+                // Outside a transaction, the build runs under the session's statement_timeout: the role's or the
+                // database's default (a pooler rules out setting it on the session).
+                let limit = (try? connection.query("SHOW statement_timeout").first?["statement_timeout"].string()) ?? "?"
+                throw PostgresError(.queryFailed, message: "building index \(quoted) was cancelled by statement_timeout "
+                    + "(\(limit), this role's or this database's default). Run `migrate` over a direct connection with "
+                    + "PGOPTIONS='-c statement_timeout=0' (a pooler refuses that option), or lift the default for the "
+                    + "owner's role; the next run drops the half-built index and builds it again", sqlState: "57014")
+            }
+        }
         guard try connection.query(stateQuery).first?["valid"].bool() == true else {
             throw PostgresError(.queryFailed, message: "index \(quoted) is not valid after CREATE INDEX CONCURRENTLY; run `migrate` again")
         }

@@ -142,6 +142,99 @@ struct MigratorTests {
         }
     }
 
+    /// `migrate` as the daemon's least-privilege role (`sql/roles.sql`) says which role it needs, whether or not there is
+    /// work to do. Before, it failed with "permission denied" on an upgrade and passed silently on a current schema.
+    @Test func migrate_asTheLeastPrivilegeRole_namesTheOwnerItNeeds() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let owner = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(owner)
+            _ = try Migrator.migrate(owner)
+            let ownerName = try owner.query("SELECT current_user AS me").first?["me"].string() ?? "?"
+            try await LeastPrivilegeRole.with(owner: conninfo) { leastPrivilege in
+                let role = String(leastPrivilege.split(separator: "=").last ?? "")
+                let connection = try PostgresConnection(conninfo: leastPrivilege)
+                let error = #expect(throws: PostgresError.self) { try Migrator.migrate(connection) }
+                let message = error?.description ?? ""
+                #expect(message.contains("migrate must run as the owner of the web API's tables"), "\(message)")
+                #expect(message.contains("connects as \"\(role)\""), "\(message)")
+                #expect(message.contains("\"CaregiverEntitlement\" is owned by \"\(ownerName)\""), "\(message)")
+            }
+        }
+    }
+
+    /// A role's or database's default `statement_timeout` cancels an index build (it runs outside a transaction, so the
+    /// migration's own `statement_timeout = 0` does not reach it): the error names the setting and the way out, and the
+    /// next run, with the default lifted, drops the half-built index and builds it.
+    @Test func aDefaultStatementTimeout_cancellingAnIndexBuild_isNamedWithTheWayOut() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let setup = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(setup)
+            var first = Migrator()
+            first.migrations = Array(Migrations.all.prefix(1))
+            _ = try first.migrate(setup)
+            let database = try setup.query("SELECT current_database() AS d").first?["d"].string() ?? ""
+            try setup.query("ALTER DATABASE \(unescaped: PostgresConnection.quoteIdentifier(database)) SET statement_timeout = '500ms'")
+            // A transaction with an older snapshot holds the build in its wait for older snapshots past the timeout.
+            let reader = try PostgresConnection(conninfo: conninfo)
+            try reader.query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            try reader.query(#"SELECT count(*) FROM "Patient""#)
+            let connection = try PostgresConnection(conninfo: conninfo)
+            let error = #expect(throws: PostgresError.self) { try Migrator.migrate(connection) }
+            let message = error?.description ?? ""
+            #expect(message.contains("was cancelled by statement_timeout (500ms"), "\(message)")
+            #expect(message.contains("PGOPTIONS='-c statement_timeout=0'"), "\(message)")
+            try reader.query("COMMIT")
+            try setup.query("ALTER DATABASE \(unescaped: PostgresConnection.quoteIdentifier(database)) RESET statement_timeout")
+            let again = try Migrator.migrate(try PostgresConnection(conninfo: conninfo))
+            #expect(again.applied.last == Migrations.all.last?.version)
+            let invalid = try setup.query("SELECT count(*)::int AS n FROM pg_index WHERE NOT indisvalid").first?["n"].int()
+            #expect(invalid == 0)
+        }
+    }
+
+    /// DDL that waits for the API's locks, attempt after attempt, for longer than the `migrate` lease: the lease is
+    /// renewed before each attempt, so a second `migrate` waits instead of running beside it. Before, it was renewed only
+    /// before index builds, and the lease lapsed after `leaseDuration`.
+    @Test func lockRetriesLongerThanTheLease_keepTheLease() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let setup = try PostgresConnection(conninfo: conninfo)
+            try TestDatabase.createAPITables(setup)
+            var upToThree = Migrator()
+            upToThree.migrations = Migrations.all.filter { $0.version <= 3 }
+            _ = try upToThree.migrate(setup)
+            // Migration 4 alters "CaregiverEntitlement": an open transaction of the API's holds it.
+            let api = try PostgresConnection(conninfo: conninfo)
+            try api.query("BEGIN")
+            try api.query(#"LOCK TABLE "CaregiverEntitlement" IN ACCESS SHARE MODE"#)
+            var migrator = Migrator()
+            migrator.lockTimeout = .milliseconds(200)
+            migrator.leaseDuration = .seconds(2)
+            let client = PostgresClient(conninfo: conninfo, maxConnections: 1)
+            let run = Task { try await migrator.migrate(client) }
+            let other = try PostgresConnection(conninfo: conninfo)
+            // The first migrate holds the lease and waits for the lock.
+            var waiting = false
+            for _ in 0..<200 where !waiting {
+                let rows = try other.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                waiting = try rows.first?["n"].int() ?? 0 > 0
+                if !waiting { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            try #require(waiting, "migration 4 never waited for the API's lock")
+            let competitor = SingletonLease(name: "migrate", duration: .seconds(2))
+            var taken = 0
+            let until = ContinuousClock.now + .milliseconds(3500)
+            while ContinuousClock.now < until {
+                if try competitor.acquire(other) { taken += 1 }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            try api.query("COMMIT")
+            let report = try await run.value
+            #expect(taken == 0, "a second migrate took the lease \(taken) time(s) while the first waited for a lock")
+            #expect(report.lockRetries > 0)
+            #expect(report.applied.first == 4)
+        }
+    }
+
     @Test func insertTrigger_notifiesOncePerStatement() async throws {
         try await TestDatabase.withMigratedDatabase { conninfo in
             let listener = try PostgresConnection(conninfo: conninfo)
