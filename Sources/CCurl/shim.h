@@ -1,6 +1,7 @@
 #pragma once
 #include <curl/curl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Typed wrappers for libcurl's variadic setopt/getinfo (Swift cannot call C variadics),
@@ -61,6 +62,12 @@ typedef int (*mw_new_session_callback)(SSL *, SSL_SESSION *);
    counts are read from any. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+/* A socket the client corked: its descriptor, and its inode (which no other open socket shares). */
+typedef struct {
+    int fd;
+    unsigned long inode;
+} mw_corked_socket;
+
 typedef struct {
     mw_new_session_callback curl_new_session;
     unsigned long full_handshakes;
@@ -68,10 +75,10 @@ typedef struct {
     /* Sockets: TCP_USER_TIMEOUT in ms (0: the system's), TCP_CORK on each new connection (1) or not (0). */
     unsigned int user_timeout_ms;
     int cork;
-    /* The corked sockets open now: added as libcurl creates a connection's socket, removed as it closes one
-       (CURLOPT_CLOSESOCKETFUNCTION). Written by libcurl's callbacks on the driver thread (and at the client's end, after
-       it is joined); freed with `mw_tls_state_release`. */
-    int *corked;
+    /* The corked sockets: added as libcurl creates a connection's socket, removed as it closes one
+       (CURLOPT_CLOSESOCKETFUNCTION), each with its inode. Written by libcurl's callbacks on the driver thread (and at
+       the client's end, after it is joined); freed with `mw_tls_state_release`. */
+    mw_corked_socket *corked;
     int corked_count;
     int corked_capacity;
 } mw_tls_state;
@@ -133,18 +140,34 @@ static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
 /* CURLOPT_SOCKOPTFUNCTION: a new TCP socket, before it connects. Data left unacknowledged `user_timeout_ms` drops the
    connection (TCP_USER_TIMEOUT); a connection's socket is corked (TCP_CORK) and kept in `corked` until libcurl closes it
    (`mw_socket_closed`), so that `mw_release_corked` releases it at the end of each driver turn (`TransferSockets`).
-   The set is the client's own and exact: libcurl's `curl_multi_fdset` is not used for it, as it sees no descriptor past
-   FD_SETSIZE (1,024) and Debian 13's libcurl 8.14 aborts the process there (`Curl_cshutdn_setfds` sets a connection in
-   shutdown without the range check, curl PR 19439). A socket that cannot be kept in the set is not corked. */
+   - The set is the client's own: libcurl's `curl_multi_fdset` sees no descriptor past FD_SETSIZE (1,024), and Debian
+     13's libcurl 8.14 aborts the process there (`Curl_cshutdn_setfds` sets a connection in shutdown without the range
+     check; curl PR 19439).
+   - Each entry carries its socket's inode, checked before each release: Debian 12's libcurl 7.88 closes a socket that
+     never finished connecting (refused, timed out, a happy-eyeballs loser, a transfer removed while it connects)
+     without the close callback (fixed in curl 8.2.0, issue 11439), and the kernel may give its number to someone else,
+     a PostgreSQL connection say. Such an entry is dropped at the next release, and that socket is never touched.
+   A socket that cannot be kept in the set is not corked. */
+static unsigned long mw_socket_inode(int fd) {
+    struct stat status;
+    return fstat(fd, &status) == 0 ? (unsigned long)status.st_ino : 0;
+}
 static int mw_track_corked(mw_tls_state *state, int fd) {
+    unsigned long inode = mw_socket_inode(fd);
+    if (!inode) return 0;
+    for (int i = 0; i < state->corked_count; i++) {
+        if (state->corked[i].fd != fd) continue;
+        state->corked[i].inode = inode;  /* a number whose earlier socket was closed unseen */
+        return 1;
+    }
     if (state->corked_count == state->corked_capacity) {
         int capacity = state->corked_capacity ? state->corked_capacity * 2 : 16;
-        int *grown = (int *)realloc(state->corked, sizeof(int) * (size_t)capacity);
+        mw_corked_socket *grown = (mw_corked_socket *)realloc(state->corked, sizeof(mw_corked_socket) * (size_t)capacity);
         if (!grown) return 0;
         state->corked = grown;
         state->corked_capacity = capacity;
     }
-    state->corked[state->corked_count++] = fd;
+    state->corked[state->corked_count++] = (mw_corked_socket){ fd, inode };
     return 1;
 }
 static int mw_socket_created(void *clientp, curl_socket_t fd, curlsocktype purpose) {
@@ -166,7 +189,7 @@ static int mw_socket_closed(void *clientp, curl_socket_t fd) {
     mw_tls_state *state = (mw_tls_state *)clientp;
     if (state) {
         for (int i = 0; i < state->corked_count; i++) {
-            if (state->corked[i] != fd) continue;
+            if (state->corked[i].fd != fd) continue;
             state->corked[i] = state->corked[--state->corked_count];
             break;
         }
@@ -180,12 +203,19 @@ static inline CURLcode mw_easy_setopt_sockopt(CURL *handle, mw_tls_state *state)
     if (code == CURLE_OK) code = curl_easy_setopt(handle, CURLOPT_CLOSESOCKETDATA, (void *)state);
     return code;
 }
-/* Sends what was written to each corked socket since the last release, and holds later writes again. */
+/* Sends what was written to each corked socket since the last release, and holds later writes again; an entry whose
+   descriptor is closed, or is now another socket, is dropped untouched. */
 static inline void mw_release_corked(mw_tls_state *state) {
     int off = 0, on = 1;
-    for (int i = 0; i < state->corked_count; i++) {
-        (void)setsockopt(state->corked[i], IPPROTO_TCP, TCP_CORK, &off, sizeof off);
-        (void)setsockopt(state->corked[i], IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    for (int i = 0; i < state->corked_count; ) {
+        int fd = state->corked[i].fd;
+        if (mw_socket_inode(fd) != state->corked[i].inode) {
+            state->corked[i] = state->corked[--state->corked_count];
+            continue;
+        }
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+        i++;
     }
 }
 /* How many sockets are corked now. */

@@ -80,7 +80,7 @@ struct TransferSocketsTests {
         try Self.withTransfers(transfers) { multi, tls, accepted in
             let early = accepted.filter { Self.readable($0) > 0 }.count
             #expect(early == 0, "\(early) request(s) left before the release: their sockets were not corked")
-            let corked = (0..<Int(mw_corked_count(tls))).map { tls.pointee.corked[$0] }
+            let corked = (0..<Int(mw_corked_count(tls))).map { tls.pointee.corked[$0].fd }
             #expect(corked.count == transfers)
             try #require(corked.contains { $0 >= 1024 }, "no transfer socket past 1,024: \(corked)")
             TransferSockets.releaseAll(tls)
@@ -97,6 +97,58 @@ struct TransferSocketsTests {
             #expect(running == 0)
             #expect(mw_corked_count(tls) == 0, "closed sockets still in the set: \(mw_corked_count(tls))")
         }
+    }
+
+    /// Debian 12's libcurl 7.88 closes a socket that never finished connecting (here: its connect timed out against a
+    /// listener whose queue is full) without the close callback (curl issue 11439, fixed in 8.2.0), and the kernel gives
+    /// its number to the next socket opened: the client drops the entry at its next release (the inode differs, or the
+    /// number is closed) and never corks that other socket, which could be a PostgreSQL connection.
+    @Test func aSocketLibcurlClosedUnseen_isDroppedAtTheNextRelease_andTheNextSocketWithItsNumberIsNotTouched() throws {
+        // A listener that takes no connection: its accept queue (backlog 0) is full after the first, and the kernel
+        // drops the SYNs after it, so the transfer's connect stays in progress.
+        let listener = LoopbackSocket()
+        _ = listen(listener.fd, 0)
+        let fillers = (0..<2).map { _ in socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0) }
+        for filler in fillers { _ = withIPv4Address(port: listener.port) { connect(filler, $0, $1) } }
+        usleep(50_000)
+        let multi = try #require(curl_multi_init())
+        let tls = UnsafeMutablePointer<mw_tls_state>.allocate(capacity: 1)
+        tls.initialize(to: mw_tls_state())
+        tls.pointee.cork = 1
+        let easy = try #require(curl_easy_init())
+        var other: Int32 = -1
+        defer {
+            curl_multi_remove_handle(multi, easy)
+            curl_easy_cleanup(easy)
+            curl_multi_cleanup(multi)
+            mw_tls_state_release(tls)
+            tls.deallocate()
+            if other >= 0 { close(other) }
+            for filler in fillers { close(filler) }
+            listener.close()
+        }
+        #expect(mw_easy_setopt_cstr(easy, CURLOPT_URL, "http://127.0.0.1:\(listener.port)/unanswered") == CURLE_OK)
+        #expect(mw_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, 300) == CURLE_OK)
+        #expect(TransferSockets.install(on: easy, tls: tls) == CURLE_OK)
+        #expect(curl_multi_add_handle(multi, easy) == CURLM_OK)
+        var running: Int32 = 1
+        var opened: [Int32] = []
+        for _ in 0..<500 where running > 0 {
+            curl_multi_perform(multi, &running)
+            opened += (0..<Int(mw_corked_count(tls))).map { tls.pointee.corked[$0].fd }
+            var ready: Int32 = 0
+            curl_multi_wait(multi, nil, 0, 5, &ready)
+        }
+        try #require(running == 0)
+        try #require(!opened.isEmpty, "libcurl opened no socket")
+        // The next socket opened takes the lowest free number: most often the refused socket's.
+        other = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        TransferSockets.releaseAll(tls)
+        #expect(mw_corked_count(tls) == 0, "an entry outlived its socket: \(opened)")
+        var cork: Int32 = -1
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        #expect(getsockopt(other, Int32(IPPROTO_TCP), TCP_CORK, &cork, &size) == 0)
+        #expect(cork == 0, "socket \(other) (the refused one's number: \(opened.contains(other))) was corked")
     }
 
     /// `transfers` plain-HTTP requests in one multi handle, each on its own corked connection to a loopback listener
