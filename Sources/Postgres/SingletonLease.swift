@@ -38,6 +38,16 @@ public struct SingletonLease: Sendable {
         """
     }
 
+    /// Extends `holder`'s lease `name`, only while no other holder has taken it since: a row back when renewed. Unlike
+    /// `acquireQuery`, it does not take back a lease that lapsed and passed to another holder (who may have released it).
+    static func renewQuery(name: String, holder: String, duration: Duration) -> PostgresQuery {
+        """
+        UPDATE \(sql: tableSQL) SET "expiresAt" = now() + make_interval(secs => \(duration.asSeconds)::double precision)
+        WHERE name = \(name) AND holder = \(holder)
+        RETURNING holder
+        """
+    }
+
     /// Ends `holder`'s lease `name` now.
     static func releaseQuery(name: String, holder: String) -> PostgresQuery {
         """
@@ -75,6 +85,12 @@ public struct SingletonLease: Sendable {
     /// Takes the lease, or renews it when this holder has it. False when another holder's lease runs.
     public func acquire(_ connection: PostgresConnection) throws(PostgresError) -> Bool {
         !(try connection.query(Self.acquireQuery(name: name, holder: holder, duration: duration))).isEmpty
+    }
+
+    /// Extends the lease this holder took; false when another holder has taken it since (even one that has given it up
+    /// again), so that work which must not overlap another holder's stops.
+    public func renew(_ connection: PostgresConnection) throws(PostgresError) -> Bool {
+        !(try connection.query(Self.renewQuery(name: name, holder: holder, duration: duration))).isEmpty
     }
 
     /// Gives the lease up at once (no-op when this holder does not have it).

@@ -43,6 +43,9 @@ public enum Migrations {
     /// Tables the web API owns (docs/database.md); `migrate` refuses to run without them.
     public static let requiredAPITables = ["Patient", "CaregiverPatientLink", "PushDevice", "PushDelivery", "CaregiverEntitlement"]
 
+    /// The worker's own tables, which migrations create and later ones alter (the bookkeeping and lease tables aside).
+    public static let workerTables = ["PushOutbox", "AppStoreNotificationCheckpoint", "PushDeviceDisabled", "_medication_worker_instances"]
+
     /// The NOTIFY channel the statement-level trigger signals.
     public static let notifyChannel = "push_outbox"
 

@@ -50,14 +50,15 @@ public struct Migrator: Sendable {
         "INSERT INTO \(sql: bookkeepingSQL) (version, name) VALUES (\(version), \(name)) ON CONFLICT (version) DO NOTHING"
     }
 
-    /// The API's tables (`Migrations.requiredAPITables`) the session's role may not alter: each `table` with its
-    /// `owner`, and the session's role as `me`. ALTER TABLE needs the owner's role (or membership in it).
+    /// The tables the migrations alter (the API's, and the worker's own once created) that the session's role may not:
+    /// each `table` with its `owner`, and the session's role as `me`. ALTER TABLE and CREATE INDEX need the owner's
+    /// privileges (superuser, the owner, or a role that inherits them).
     static var notOwnedTablesQuery: PostgresQuery {
-        let names = Migrations.requiredAPITables.map { "\"\($0)\"" }
+        let names = (Migrations.requiredAPITables + Migrations.workerTables).map { "\"\($0)\"" }
         return """
             SELECT c.relname AS table, pg_get_userbyid(c.relowner) AS owner, current_user AS me
-            FROM unnest(\(names)::text[]) AS t(name) JOIN pg_class c ON c.oid = to_regclass(t.name)
-            WHERE NOT pg_has_role(current_user, c.relowner, 'USAGE') ORDER BY c.relname
+            FROM unnest(\(names)::text[]) WITH ORDINALITY AS t(name, n) JOIN pg_class c ON c.oid = to_regclass(t.name)
+            WHERE NOT pg_has_role(current_user, c.relowner, 'USAGE') ORDER BY t.n
             """
     }
 
@@ -106,7 +107,7 @@ public struct Migrator: Sendable {
         }
         if let row = try connection.query(Self.notOwnedTablesQuery).first {
             let table = try row["table"].string(), owner = try row["owner"].string(), me = try row["me"].string()
-            throw PostgresError(.queryFailed, message: "migrate must run as the owner of the web API's tables: DATABASE_URL "
+            throw PostgresError(.queryFailed, message: "migrate must run as the owner of the tables it alters: DATABASE_URL "
                 + "connects as \"\(me)\", and \"\(table)\" is owned by \"\(owner)\" (the role that ran the API's Prisma "
                 + "migrations; the daemon's least-privilege role cannot alter them; docs/database.md)", sqlState: "42501")
         }
@@ -120,7 +121,7 @@ public struct Migrator: Sendable {
         // (an index build on a large table past `leaseDuration`), another `migrate` may have taken it: this one stops
         // rather than apply migrations beside it.
         let renew = { () throws -> Void in
-            guard try lease.acquire(connection) else {
+            guard try lease.renew(connection) else {
                 throw PostgresError(.queryFailed, message: "the migrate lease (table \(SingletonLease.table)) passed to another "
                     + "`migrate` while a step of this one outlasted it (\(Int(leaseDuration.asSeconds)) s); stopped so that "
                     + "two do not apply migrations at once. The other goes on; run `migrate` again to check")
@@ -186,25 +187,36 @@ public struct Migrator: Sendable {
             state = try connection.query(stateQuery).first
         }
         if let row = state, try !row["valid"].bool() {
-            try connection.executeScript("DROP INDEX CONCURRENTLY IF EXISTS \(unescaped: quoted)")
+            try explainingStatementTimeout(of: quoted, connection) {
+                try connection.executeScript("DROP INDEX CONCURRENTLY IF EXISTS \(unescaped: quoted)")
+            }
             state = nil
         }
         if state == nil {
-            do {
-                try connection.executeScript(index.createSQL)
-            } catch {
-                guard error.sqlState == "57014" else { throw error }
-                // Outside a transaction, the build runs under the session's statement_timeout: the role's or the
-                // database's default (a pooler rules out setting it on the session).
-                let limit = (try? connection.query("SHOW statement_timeout").first?["statement_timeout"].string()) ?? "?"
-                throw PostgresError(.queryFailed, message: "building index \(quoted) was cancelled by statement_timeout "
-                    + "(\(limit), this role's or this database's default). Run `migrate` over a direct connection with "
-                    + "PGOPTIONS='-c statement_timeout=0' (a pooler refuses that option), or lift the default for the "
-                    + "owner's role; the next run drops the half-built index and builds it again", sqlState: "57014")
-            }
+            try explainingStatementTimeout(of: quoted, connection) { try connection.executeScript(index.createSQL) }
         }
         guard try connection.query(stateQuery).first?["valid"].bool() == true else {
             throw PostgresError(.queryFailed, message: "index \(quoted) is not valid after CREATE INDEX CONCURRENTLY; run `migrate` again")
+        }
+    }
+
+    /// Runs `body` (an index build or drop, outside a transaction, so under the session's `statement_timeout`: the role's
+    /// or the database's default, as a pooler rules out setting it on the session); a cancel by that timeout is
+    /// rethrown naming the setting and the way out. Any other cancel (57014 with the timeout off: `pg_cancel_backend`)
+    /// is rethrown as the server said it.
+    private static func explainingStatementTimeout(of quoted: String, _ connection: PostgresConnection,
+                                                   _ body: () throws -> Void) throws {
+        do {
+            try body()
+        } catch {
+            guard let error = error as? PostgresError, error.sqlState == "57014",
+                  let limit = try? connection.query("SHOW statement_timeout").first?["statement_timeout"].string(),
+                  limit != "0" else { throw error }
+            throw PostgresError(.queryFailed, message: "index \(quoted) was cancelled by statement_timeout (\(limit), this "
+                + "role's or this database's default; the server said: \(error.message)). Run `migrate` over a direct "
+                + "connection with PGOPTIONS='-c statement_timeout=0' (a pooler refuses that option), or lift the default "
+                + "for the owner's role (a pooler's open server connections keep the old default until they reconnect); "
+                + "the next run drops the half-built index and builds it again", sqlState: "57014")
         }
     }
 

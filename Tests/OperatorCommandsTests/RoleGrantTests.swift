@@ -36,4 +36,26 @@ struct RoleGrantTests {
         }
     }
 
+    /// `migrate` under the daemon's least-privilege role is a bad setting (exit 78, which the migrate unit does not
+    /// retry), naming DATABASE_URL, the role it connects as and the owner it needs, in text and in `--json`.
+    @Test func migrate_asTheLeastPrivilegeRole_isABadDatabaseURL_namingBothRoles() async throws {
+        try await TestDatabase.withMigratedDatabase { owner in
+            let ownerName = try PostgresConnection(conninfo: owner).query("SELECT current_user AS me").first?["me"].string() ?? "?"
+            try await LeastPrivilegeRole.with(owner: owner) { worker in
+                let role = String(worker.split(separator: "=").last ?? "")
+                let rig = try CommandRig(worker)
+                let text = try await rig.run("migrate")
+                #expect(text.status == 78)
+                #expect(text.output.isEmpty)
+                #expect(text.errorOutput.contains("medication-worker: configuration error: DATABASE_URL: migrate must run as the owner of the tables it alters"), "\(text.errorOutput)")
+                #expect(text.errorOutput.contains("connects as \"\(role)\""), "\(text.errorOutput)")
+                #expect(text.errorOutput.contains("is owned by \"\(ownerName)\""), "\(text.errorOutput)")
+                let json = try await rig.json("migrate")
+                #expect(json.status == 78)
+                #expect(json.json["error"]?["kind"] == .string("configuration"), "\(json.json)")
+                #expect(json.json["error"]?["setting"] == .string("DATABASE_URL"), "\(json.json)")
+                #expect(json.json["error"]?["exitStatus"] == .number(78), "\(json.json)")
+            }
+        }
+    }
 }

@@ -155,9 +155,9 @@ struct MigratorTests {
                 let connection = try PostgresConnection(conninfo: leastPrivilege)
                 let error = #expect(throws: PostgresError.self) { try Migrator.migrate(connection) }
                 let message = error?.description ?? ""
-                #expect(message.contains("migrate must run as the owner of the web API's tables"), "\(message)")
+                #expect(message.contains("migrate must run as the owner of the tables it alters"), "\(message)")
                 #expect(message.contains("connects as \"\(role)\""), "\(message)")
-                #expect(message.contains("\"CaregiverEntitlement\" is owned by \"\(ownerName)\""), "\(message)")
+                #expect(message.contains("\"Patient\" is owned by \"\(ownerName)\""), "\(message)")
             }
         }
     }
@@ -232,6 +232,27 @@ struct MigratorTests {
             #expect(taken == 0, "a second migrate took the lease \(taken) time(s) while the first waited for a lock")
             #expect(report.lockRetries > 0)
             #expect(report.applied.first == 4)
+        }
+    }
+
+    /// `renew` extends a lease only while no other holder has taken it since, even one that gave it up again (which
+    /// `acquire` would take back: `migrate` would then go on beside the other run's work). A lease that lapsed with no
+    /// one taking it is still renewed.
+    @Test func leaseRenew_failsOnceAnotherHolderTookIt_evenAfterItsRelease() async throws {
+        try await TestDatabase.withEmptyDatabase { conninfo in
+            let connection = try PostgresConnection(conninfo: conninfo)
+            try connection.query(SingletonLease.createTableSQL)
+            let first = SingletonLease(name: "job", duration: .milliseconds(300))
+            let second = SingletonLease(name: "job", duration: .milliseconds(300))
+            #expect(try first.acquire(connection))
+            #expect(try !second.acquire(connection))
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(try first.renew(connection), "a lapsed lease no one took is still this holder's")
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(try second.acquire(connection))
+            try second.release(connection)
+            #expect(try !first.renew(connection), "another holder took the lease in between")
+            #expect(try first.acquire(connection), "acquire takes a released lease back (what renew must not do)")
         }
     }
 
