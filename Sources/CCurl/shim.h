@@ -144,7 +144,7 @@ static inline unsigned long mw_tls_resumed_handshakes(mw_tls_state *state) {
      13's libcurl 8.14 aborts the process there (`Curl_cshutdn_setfds` sets a connection in shutdown without the range
      check; curl PR 19439).
    - Each entry carries its socket's inode, checked before each release: Debian 12's libcurl 7.88 closes a socket that
-     never finished connecting (refused, timed out, a happy-eyeballs loser, a transfer removed while it connects)
+     never finished connecting (its connect timed out, a happy-eyeballs loser, a transfer removed while it connects)
      without the close callback (fixed in curl 8.2.0, issue 11439), and the kernel may give its number to someone else,
      a PostgreSQL connection say. Such an entry is dropped at the next release, and that socket is never touched.
    A socket that cannot be kept in the set is not corked. */
