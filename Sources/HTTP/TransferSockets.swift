@@ -14,28 +14,9 @@ enum TransferSockets {
         mw_easy_setopt_sockopt(easy, tls)
     }
 
-    /// Holds what is written to `fd` until the next `release` (or the kernel's 200 ms limit, which frees a connection
-    /// whose transfers are gone and whose last frame was an RST_STREAM or a WINDOW_UPDATE).
-    static func cork(_ fd: Int32) {
-        setFlag(fd, TCP_CORK, 1)
-    }
-
-    /// Sends what was written to each of `fds` since the last release, and holds later writes again.
-    static func release(_ fds: some Sequence<Int32>) {
-        for fd in fds {
-            setFlag(fd, TCP_CORK, 0)
-            setFlag(fd, TCP_CORK, 1)
-        }
-    }
-
     /// Releases every socket corked for `tls`'s client: an HTTP/1.1 server takes a connection per request, so there may
     /// be hundreds.
     static func releaseAll(_ tls: UnsafeMutablePointer<mw_tls_state>) {
         mw_release_corked(tls)
-    }
-
-    fileprivate static func setFlag(_ fd: Int32, _ option: Int32, _ value: UInt32) {
-        var value = value
-        _ = setsockopt(fd, Int32(IPPROTO_TCP), option, &value, socklen_t(MemoryLayout<UInt32>.size))
     }
 }

@@ -8,11 +8,12 @@ import Testing
 /// corked socket stays in its send queue until the release, and leaves at once when released.
 @Suite("Write coalescing on a TCP socket")
 struct TransferSocketsTests {
-    /// A connected pair: the client side (corked as libcurl's sockets are) and the accepted side.
-    static func connectedPair() throws -> (client: Int32, server: Int32, listener: LoopbackSocket) {
+    /// A connected pair: the client side (given to the socket-creation callback, as libcurl gives its sockets, so it is
+    /// corked and in `tls`'s set) and the accepted side.
+    static func connectedPair(_ tls: UnsafeMutablePointer<mw_tls_state>) throws -> (client: Int32, server: Int32, listener: LoopbackSocket) {
         let listener = LoopbackSocket()
         let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        TransferSockets.cork(client)
+        _ = mw_socket_created(tls, client, CURLSOCKTYPE_IPCXN)
         let connected = withIPv4Address(port: listener.port) { connect(client, $0, $1) }
         try #require(connected == 0)
         let server = accept(listener.fd, nil, nil)
@@ -27,18 +28,21 @@ struct TransferSocketsTests {
     }
 
     @Test func smallWritesWaitForTheRelease_thenLeaveTogether() throws {
-        let (client, server, listener) = try Self.connectedPair()
-        defer { close(client); close(server); listener.close() }
+        let tls = UnsafeMutablePointer<mw_tls_state>.allocate(capacity: 1)
+        tls.initialize(to: mw_tls_state())
+        tls.pointee.cork = 1
+        let (client, server, listener) = try Self.connectedPair(tls)
+        defer { close(client); close(server); listener.close(); mw_tls_state_release(tls); tls.deallocate() }
         // Two frames' worth, as libcurl writes a HEADERS and a DATA frame.
         #expect(send(client, "HEADERS", 7, 0) == 7)
         #expect(send(client, "DATA", 4, 0) == 4)
         #expect(Self.readable(server) == 0, "a corked socket sent before the release")
-        TransferSockets.release([client])
+        TransferSockets.releaseAll(tls)
         #expect(Self.readable(server) == 11)
         // Corked again: the next turn's writes wait for the next release.
         #expect(send(client, "NEXT", 4, 0) == 4)
         #expect(Self.readable(server) == 0)
-        TransferSockets.release([client])
+        TransferSockets.releaseAll(tls)
         #expect(Self.readable(server) == 4)
     }
 
